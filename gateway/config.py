@@ -1,0 +1,272 @@
+"""Every setting of the gateway in one place: option, environment variable, TOML key, default.
+
+A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
+``--config`` TOML file, else the default (INTERFACES.md). A value that does not parse is a
+``ConfigError`` whose message names the option and where the value came from; the CLI prints
+it on one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names it."""
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def parse_metrics_bind(text: str) -> tuple[str, int] | None:
+    return None if str(text).strip().lower() == "off" else parse_hostport(text)
+
+
+def parse_positive_int(text: Any) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def parse_nonnegative_int(text: Any) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def parse_positive_float(text: Any) -> float:
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("must be a positive number of seconds")
+    return value
+
+
+def parse_nonnegative_float(text: Any) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be 0 or more")
+    return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_log_level(text: str) -> str:
+    level = str(text).lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def parse_url(text: str) -> str:
+    text = str(text)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return text.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    metavar: str
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "MUR_GATEWAY_" + self.name.upper().replace("-", "_")
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("bind", parse_hostport, "127.0.0.1:52222", "HOST:PORT",
+           "where clients connect; port 0 picks a free port"),
+    Option("workers", parse_positive_int, None, "N", "worker processes (default: CPUs)"),
+    Option("metrics-bind", parse_metrics_bind, "127.0.0.1:9464", "HOST:PORT",
+           "the Prometheus /metrics endpoint, or 'off'"),
+    Option("heartbeat-interval", parse_positive_float, 15.0, "SECONDS", "heartbeat period"),
+    Option("upstream", parse_url, None, "URL", "front a real capsule at URL"),
+    Option("upstream-token", str, None, "TOKEN", "bearer token presented upstream"),
+    Option("sim-load", parse_nonnegative_float, 0.0, "RATE",
+           "embedded capsule: text frames per second on a long-lived task"),
+    Option("sim-load-size", parse_nonnegative_int, 0, "BYTES", "pad each load frame to BYTES"),
+    Option("log-level", parse_log_level, "info", "LEVEL", "debug, info, warning or error"),
+    Option("max-body-bytes", parse_positive_int, 1 << 20, "BYTES",
+           "largest JSON-RPC request body accepted (413 beyond)"),
+)
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    task_acceptance: str = "queue"
+    max_queued_tasks: int = 64
+    max_running_tasks: int = 16
+    conversation: str = "stateless"
+    max_task_reopens: int = 3
+
+
+@dataclass(frozen=True)
+class Inference:
+    transport: str = "http"
+    max_turns: int = 20
+
+
+@dataclass(frozen=True)
+class TokenRule:
+    name: str
+    sha256: str
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    bind: tuple[str, int] = ("127.0.0.1", 52222)
+    workers: int = 1
+    metrics_bind: tuple[str, int] | None = ("127.0.0.1", 9464)
+    heartbeat_interval: float = 15.0
+    upstream: str | None = None
+    upstream_token: str | None = None
+    sim_load: float = 0.0
+    sim_load_size: int = 0
+    log_level: str = "info"
+    max_body_bytes: int = 1 << 20
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    inference: Inference = field(default_factory=Inference)
+    tokens: tuple[TokenRule, ...] = ()
+
+    def to_dict(self) -> dict:
+        """A plain, picklable/JSON-able form for child processes."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Config":
+        data = dict(data)
+        data["bind"] = tuple(data["bind"])
+        if data["metrics_bind"] is not None:
+            data["metrics_bind"] = tuple(data["metrics_bind"])
+        data["lifecycle"] = Lifecycle(**data["lifecycle"])
+        data["inference"] = Inference(**data["inference"])
+        data["tokens"] = tuple(
+            TokenRule(t["name"], t["sha256"], tuple(t["scopes"])) for t in data["tokens"]
+        )
+        return cls(**data)
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mur-gateway",
+        description="Fan-out gateway for the murmur capsule streaming protocol.",
+    )
+    for opt in OPTIONS:
+        default = "CPUs" if opt.default is None and opt.name == "workers" else opt.default
+        parser.add_argument(
+            "--" + opt.name, dest=opt.attr, metavar=opt.metavar, default=None,
+            help=f"{opt.help} [env {opt.env}; default {default}]",
+        )
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="TOML file: the options above by long name, plus [lifecycle], "
+                             "[inference] and [network.authentication] [env MUR_GATEWAY_CONFIG]")
+    return parser
+
+
+def _load_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
+
+
+def _section(data: dict, key: str, cls: type, choices: dict[str, tuple]) -> Any:
+    raw = data.get(key, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config [{key}]: must be a table")
+    defaults = cls()
+    values = {}
+    for name, value in raw.items():
+        if not hasattr(defaults, name):
+            raise ConfigError(f"config [{key}] {name}: unknown setting")
+        expected = type(getattr(defaults, name))
+        if expected is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ConfigError(f"config [{key}] {name}: must be a non-negative integer")
+        if expected is str and not isinstance(value, str):
+            raise ConfigError(f"config [{key}] {name}: must be a string")
+        if name in choices and value not in choices[name]:
+            raise ConfigError(f"config [{key}] {name}: must be one of {', '.join(choices[name])}")
+        values[name] = value
+    return cls(**values)
+
+
+def _tokens(data: dict) -> tuple[TokenRule, ...]:
+    network = data.get("network", {})
+    auth = network.get("authentication") if isinstance(network, dict) else None
+    if auth is None:
+        return ()
+    entries = auth.get("tokens", []) if isinstance(auth, dict) else None
+    if not isinstance(entries, list):
+        raise ConfigError("config [network.authentication] tokens: must be an array of tables")
+    rules = []
+    for i, entry in enumerate(entries):
+        where = f"config [[network.authentication.tokens]] #{i + 1}"
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(digest, str) or len(digest) != 64 or any(
+            c not in "0123456789abcdef" for c in digest.lower()
+        ):
+            raise ConfigError(f"{where} sha256: must be 64 hex digits")
+        scopes = entry.get("scopes", [])
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise ConfigError(f"{where} scopes: must be an array of strings")
+        rules.append(TokenRule(str(entry.get("name", f"token{i + 1}")), digest.lower(), tuple(scopes)))
+    return tuple(rules)
+
+
+def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve every setting; raises ConfigError naming the bad one."""
+    environ = os.environ if environ is None else environ
+    args = argument_parser().parse_args(argv)
+    path = args.config or environ.get("MUR_GATEWAY_CONFIG")
+    data = _load_toml(path) if path else {}
+    known = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
+    for key, value in data.items():
+        if not isinstance(value, dict) and key not in known:
+            raise ConfigError(f"config {key}: unknown setting")
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw, origin = getattr(args, opt.attr), f"--{opt.name}"
+        if raw is None and opt.env in environ:
+            raw, origin = environ[opt.env], opt.env
+        if raw is None:
+            for key in (opt.name, opt.attr):
+                if key in data:
+                    raw, origin = data[key], f"config {key}"
+        if raw is None:
+            values[opt.attr] = opt.default
+            continue
+        try:
+            values[opt.attr] = opt.parse(raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
+    if values["workers"] is None:
+        values["workers"] = os.cpu_count() or 1
+    lifecycle = _section(data, "lifecycle", Lifecycle, {
+        "task_acceptance": ("queue", "none"), "conversation": ("stateless", "threaded")})
+    inference = _section(data, "inference", Inference, {"transport": ("http", "process")})
+    return Config(**values, lifecycle=lifecycle, inference=inference, tokens=_tokens(data))

@@ -1,0 +1,120 @@
+"""The one narrow channel from workers back to the sequencer.
+
+A Unix stream socket; each message is a 4-byte big-endian length then one orjson object.
+A call is ``{"i": n, "op": name, "p": params}``; its answer ``{"i": n, "ok": result}`` or
+``{"i": n, "err": {"code": c, "message": m}}`` (a JSON-RPC error the worker passes on as is).
+Calls are multiplexed on one connection per worker, so a slow call never blocks another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from typing import Any, Awaitable, Callable
+
+import orjson
+
+from gateway.protocol.errors import RpcError
+
+MAX_MESSAGE = 64 << 20
+_LEN = struct.Struct(">I")
+
+
+def encode(obj: Any) -> bytes:
+    body = orjson.dumps(obj)
+    return _LEN.pack(len(body)) + body
+
+
+async def read_message(reader: asyncio.StreamReader) -> Any:
+    """The next message, or None at a clean end of stream."""
+    try:
+        head = await reader.readexactly(_LEN.size)
+    except asyncio.IncompleteReadError:
+        return None
+    (size,) = _LEN.unpack(head)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"control message of {size} bytes exceeds {MAX_MESSAGE}")
+    return orjson.loads(await reader.readexactly(size))
+
+
+Handler = Callable[[str, dict], Awaitable[Any]]
+
+
+async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           handler: Handler) -> None:
+    """Answer one worker's calls, each in its own task so calls run concurrently."""
+
+    async def answer(call: dict) -> None:
+        try:
+            reply = {"i": call["i"], "ok": await handler(call["op"], call.get("p") or {})}
+        except RpcError as err:
+            reply = {"i": call["i"], "err": {"code": err.code, "message": err.message}}
+        except Exception as exc:  # a bug must answer the call, not hang the worker
+            reply = {"i": call["i"], "err": {"code": -32603, "message": f"internal error: {exc}"}}
+        if not writer.is_closing():
+            writer.write(encode(reply))
+
+    pending: set[asyncio.Task] = set()
+    try:
+        while (call := await read_message(reader)) is not None:
+            task = asyncio.create_task(answer(call))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+    except (ConnectionError, ValueError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        for task in pending:
+            task.cancel()
+        writer.close()
+
+
+class ControlClient:
+    """A worker's multiplexed connection to the sequencer."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._lock:
+            if self._writer is None or self._writer.is_closing():
+                reader, self._writer = await asyncio.open_unix_connection(self._path)
+                self._reader_task = asyncio.create_task(self._read_answers(reader))
+            return self._writer
+
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while (reply := await read_message(reader)) is not None:
+                future = self._waiting.pop(reply["i"], None)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            waiting, self._waiting = self._waiting, {}
+            for future in waiting.values():
+                if not future.done():
+                    future.set_exception(ConnectionError("sequencer connection lost"))
+
+    async def call(self, op: str, **params: Any) -> Any:
+        """The call's result; raises RpcError for an error answer, ConnectionError when down."""
+        writer = await self._connect()
+        call_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[call_id] = future
+        writer.write(encode({"i": call_id, "op": op, "p": params}))
+        reply = await future
+        if "err" in reply:
+            raise RpcError(reply["err"]["code"], reply["err"]["message"])
+        return reply["ok"]
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()

@@ -1,0 +1,19 @@
+"""The ring's control words: how the sequencer, workers and supervisor signal each other.
+
+Each is one aligned u64 in the ring's control area, written by exactly one role:
+- ``CLOSING`` (supervisor): the gateway is draining; workers end every stream now.
+- ``SESSION_CLOSED`` (sequencer): the capsule's stream ended; it holds the head id at that
+  moment plus one, so a watcher delivers everything up to it, then ``capsule-closed``.
+- ``SEQUENCER_PID`` (sequencer): set once it serves control calls; ``/readyz`` reads it.
+- ``UPSTREAM_CONNECTED`` (sequencer): 1 while the upstream (or the embedded capsule) is live.
+- ``ARMED + i`` (worker i sets, sequencer clears): worker i is idle and wants one wake-up
+  byte on its socket at the next event. Under load the flag stays clear and the sequencer
+  makes no syscall for that worker.
+"""
+
+CLOSING = 0
+SESSION_CLOSED = 1
+SEQUENCER_PID = 2
+UPSTREAM_CONNECTED = 3
+ARMED = 8
+MAX_WORKERS = 56

@@ -1,0 +1,160 @@
+"""Metrics: every process counts into its own block of shared memory; the exporter sums them.
+
+Why not prometheus-client's multiprocess mode: 3x slower per update and it keeps dead
+processes' files forever (DESIGN.md "Findings"). Here an update is a plain 8-byte add into
+the process's own block (one writer per block, so no atomics), and the exporter's
+collector reads every block at scrape time. Every series exists, at zero, from start-up.
+
+Block 0 is the sequencer's, block 1 the supervisor's, blocks 2.. the workers' (by worker
+slot). A restarted worker's block is folded into the supervisor's retired totals first, so
+counters stay monotonic, and then cleared.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from shm import CounterBlocks
+
+PREFIX = "murgw_"
+ENDPOINTS = ("murmur.WatchSession", "SendStreamingMessage", "SubscribeToTask")
+REPLAY_OUTCOMES = ("replayed", "gap", "none")
+LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MICRO = 1_000_000
+
+# name -> (kind, help, label name or None, label values)
+COUNTERS = {
+    "events_written": ("counter", "Events the sequencer wrote to the ring.", None, ()),
+    "connections_open": ("gauge", "Open streaming connections.", "endpoint", ENDPOINTS),
+    "connections": ("counter", "Streaming connections opened.", "endpoint", ENDPOINTS),
+    "events_delivered": ("counter", "Numbered events written to connections.", "endpoint", ENDPOINTS),
+    "sends": ("counter", "Batched writes to connections (one per wake-up per connection).",
+              "endpoint", ENDPOINTS),
+    "events_lost_to_lag": ("counter", "Ring events connections skipped under the 128-event lag limit.",
+                           "endpoint", ENDPOINTS),
+    "lagged_frames": ("counter", "lagged frames written.", "endpoint", ENDPOINTS),
+    "replays": ("counter", "Stream openings by replay outcome.", "outcome", REPLAY_OUTCOMES),
+    "heartbeats": ("counter", "Heartbeats written.", None, ()),
+    "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
+    "requests_refused": ("counter", "Requests answered with an HTTP or JSON-RPC refusal.", None, ()),
+}
+HISTOGRAMS = {
+    "reader_lag_events": ("How many events behind the ring head a connection was at each write.",
+                          "endpoint", ENDPOINTS, LAG_BUCKETS, 1),
+    "heartbeat_jitter_seconds": ("Actual minus scheduled heartbeat write time.",
+                                 None, ("",), JITTER_BUCKETS, MICRO),
+}
+
+
+def _layout() -> tuple[dict, int]:
+    offsets, word = {}, 0
+    for name, (_kind, _help, _label, values) in COUNTERS.items():
+        for value in values or ("",):
+            offsets[(name, value)] = word
+            word += 1
+    for name, (_help, _label, values, buckets, _scale) in HISTOGRAMS.items():
+        for value in values:
+            offsets[(name, value)] = word
+            word += len(buckets) + 2  # buckets, +Inf, sum (scaled to integers)
+    return offsets, word
+
+
+OFFSETS, WORDS = _layout()
+SEQUENCER_BLOCK, SUPERVISOR_BLOCK, FIRST_WORKER_BLOCK = 0, 1, 2
+
+
+class Counters:
+    """One process's block: plain adds, no locks."""
+
+    def __init__(self, blocks: CounterBlocks, index: int):
+        self._blocks = blocks
+        self.words = blocks.block(index)
+
+    @classmethod
+    def attach(cls, name: str, role: str, worker: int) -> "Counters":
+        index = {"sequencer": SEQUENCER_BLOCK, "supervisor": SUPERVISOR_BLOCK}.get(
+            role, FIRST_WORKER_BLOCK + worker)
+        return cls(CounterBlocks.attach(name), index)
+
+    def add(self, name: str, n: int = 1, label: str = "") -> None:
+        self.words[OFFSETS[(name, label)]] += n
+
+    def sub(self, name: str, n: int = 1, label: str = "") -> None:
+        self.words[OFFSETS[(name, label)]] -= n
+
+    def observe(self, name: str, value: float, label: str = "") -> None:
+        buckets, scale = HISTOGRAMS[name][3], HISTOGRAMS[name][4]
+        base = OFFSETS[(name, label)]
+        for i, bound in enumerate(buckets):
+            if value <= bound:
+                self.words[base + i] += 1
+                break
+        else:
+            self.words[base + len(buckets)] += 1
+        self.words[base + len(buckets) + 1] += max(0, int(value * scale))
+
+    def close(self) -> None:
+        self.words.release()
+        self._blocks.close()
+
+
+def create_blocks(name: str, workers: int) -> CounterBlocks:
+    return CounterBlocks.create(name, FIRST_WORKER_BLOCK + workers, WORDS)
+
+
+def retire_worker(blocks: CounterBlocks, worker: int) -> None:
+    """Fold a dead worker's counters into the supervisor's block, then clear its block.
+
+    Gauges (open connections) are not folded: the dead worker's connections are gone.
+    """
+    dead, keep = blocks.block(FIRST_WORKER_BLOCK + worker), blocks.block(SUPERVISOR_BLOCK)
+    gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k == "gauge"
+              for v in vals or ("",)}
+    for i in range(WORDS):
+        if i not in gauges:
+            keep[i] += dead[i]
+    blocks.clear_block(FIRST_WORKER_BLOCK + worker)
+    dead.release()
+    keep.release()
+
+
+def totals(blocks: CounterBlocks) -> list[int]:
+    """Every word summed over every block (gauges may be negative transiently: clamp)."""
+    sums = [0] * WORDS
+    for b in range(blocks.blocks):
+        words = blocks.block(b)
+        for i in range(WORDS):
+            sums[i] += words[i]
+        words.release()
+    return [s if s < 1 << 63 else s - (1 << 64) for s in sums]
+
+
+def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
+    """prometheus-client metric families for the summed words, plus extra plain gauges."""
+    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                        HistogramMetricFamily)
+
+    for name, (kind, help_text, label, values) in COUNTERS.items():
+        family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        family = family_cls(PREFIX + name, help_text, labels=[label] if label else [])
+        for value in values or ("",):
+            family.add_metric([value] if label else [], max(0, sums[OFFSETS[(name, value)]]))
+        yield family
+    for name, (help_text, label, values, buckets, scale) in HISTOGRAMS.items():
+        family = HistogramMetricFamily(PREFIX + name, help_text, labels=[label] if label else [])
+        for value in values:
+            base = OFFSETS[(name, value)]
+            running, cumulative = 0, []
+            for i, bound in enumerate(buckets):
+                running += sums[base + i]
+                cumulative.append((str(bound), running))
+            running += sums[base + len(buckets)]
+            cumulative.append(("+Inf", running))
+            family.add_metric([value] if label else [], cumulative,
+                              sum_value=sums[base + len(buckets) + 1] / scale)
+        yield family
+    for name, help_text, value in gauges:
+        family = GaugeMetricFamily(PREFIX + name, help_text)
+        family.add_metric([], value)
+        yield family

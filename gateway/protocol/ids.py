@@ -1,0 +1,71 @@
+"""Session-unique ids: a prefix and a UUIDv7 as 32 lower-case hex digits.
+
+Layout (RFC 9562): 48-bit unix milliseconds, version 7, 12 bits rand_a, variant 0b10,
+62 bits rand_b. The 74 random bits double as a counter: a new millisecond draws them
+fresh, and an id made in the same millisecond as (or, after a clock step back, earlier
+than) the previous one takes the previous id plus one. So within a process successive ids
+strictly increase, as integers and as fixed-width hex strings, which is what lets events
+and messages be ordered by id. A forked child (the gateway forks its workers) starts
+drawing afresh: continuing the parent's counter would repeat the parent's next ids.
+"""
+
+import os
+import secrets
+import threading
+import time
+
+_RANDOM_BITS = 74
+_RANDOM_LIMIT = 1 << _RANDOM_BITS
+# A fresh draw leaves the top random bit clear, so a burst in one millisecond has
+# 2**73 increments before it must borrow the next millisecond.
+_FRESH_BITS = _RANDOM_BITS - 1
+
+_lock = threading.Lock()
+_last_ms = -1
+_last_random = 0
+
+
+def _next_fields() -> tuple[int, int]:
+    global _last_ms, _last_random
+    now_ms = time.time_ns() // 1_000_000
+    with _lock:
+        if now_ms > _last_ms:
+            _last_ms, _last_random = now_ms, secrets.randbits(_FRESH_BITS)
+        else:
+            _last_random += 1
+            if _last_random == _RANDOM_LIMIT:
+                _last_ms, _last_random = _last_ms + 1, 0
+        return _last_ms, _last_random
+
+
+def _forget_parent_counter() -> None:
+    global _lock, _last_ms
+    _lock = threading.Lock()
+    _last_ms = -1
+
+
+os.register_at_fork(after_in_child=_forget_parent_counter)
+
+
+def uuid7_hex() -> str:
+    unix_ms, random = _next_fields()
+    rand_a = random >> 62
+    rand_b = random & ((1 << 62) - 1)
+    value = (unix_ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+    return f"{value:032x}"
+
+
+def new_task_id() -> str:
+    return "tsk_" + uuid7_hex()
+
+
+def new_context_id() -> str:
+    return "ctx_" + uuid7_hex()
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid7_hex()
+
+
+def new_artifact_id() -> str:
+    return "art_" + uuid7_hex()

@@ -1,0 +1,9 @@
+"""Every URI and version string the protocol fixes, defined once.
+
+CAPSULE_URI is our assumption: the spec names the capsule extension but never prints its URI.
+"""
+
+STREAM_URI = "https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1"
+DOOR_URI = "https://docs.murmur.nexus/reference/agent-card/#murmur-door-v1"
+CAPSULE_URI = "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1"
+A2A_VERSION = "1.0"

@@ -1,0 +1,45 @@
+"""What the sequencer stores in a ring record, so workers filter without parsing JSON.
+
+A record's ``key`` is the task's registry key (0: an event of no task). Its ``meta`` packs
+the event's task state code (low byte) and the flags below. Its ``data`` is the
+StreamResponse ``result`` JSON, encoded once; when a plain connection must see another form
+(the reopen status without its extension metadata) both forms are stored, the activated one
+first, behind a 4-byte length.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from gateway.protocol.states import state_code, state_from_code
+
+FRAME = 1 << 8  # a murmur frame carrier: plain task streams never see it
+TERMINAL = 1 << 9  # the task's one final status: task streams end after it
+INPUT_REQUIRED = 1 << 10  # a TASK_STATE_INPUT_REQUIRED status
+HAS_PLAIN = 1 << 11  # data holds the activated form, then the plain form
+STATUS = 1 << 12  # a statusUpdate (its state is the task's state from then on)
+
+_LEN = struct.Struct("<I")
+
+
+def pack(full: bytes, plain: bytes | None = None) -> tuple[int, bytes]:
+    """(extra meta flags, data) for a result with an optional plain variant."""
+    if plain is None:
+        return 0, full
+    return HAS_PLAIN, _LEN.pack(len(full)) + full + plain
+
+
+def unpack(meta: int, data: bytes) -> tuple[bytes, bytes]:
+    """(activated form, plain form) of a record's result JSON."""
+    if not meta & HAS_PLAIN:
+        return data, data
+    (size,) = _LEN.unpack_from(data)
+    return data[4:4 + size], data[4 + size:]
+
+
+def make_meta(state: str | None, flags: int) -> int:
+    return (state_code(state) if state else 0) | flags
+
+
+def meta_state(meta: int) -> str | None:
+    return state_from_code(meta & 0xFF)

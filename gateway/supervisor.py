@@ -1,0 +1,179 @@
+"""The supervisor: creates the shared segments and the listening socket, starts and watches
+the sequencer, the workers and the exporter, and drains them all on SIGTERM/SIGINT.
+
+Why not `hypercorn --workers`: its supervisor stops everything when one worker exits and
+cannot hand a worker its ring and wake-up socket (DESIGN.md). Processes start with the spawn
+context; each worker gets the listening socket, its wake-up socket and the segment names.
+
+A worker that dies is replaced in the same slot (same wake-up socket, its counters folded
+into the retired totals); the other workers and their streams are untouched. If the
+sequencer dies the session is over: the supervisor drains everything and exits 1, so an
+orchestrator restarts the gateway and clients reconnect into a new session.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from multiprocessing.connection import wait
+
+from gateway import control_words, exporter, logs, metrics, sequencer
+from gateway.config import Config
+from gateway.worker import process as worker_process
+from shm import Ring, check_platform
+
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+NOTSENT_LOWAT_BYTES = 16 * 1024
+DRAIN_SECONDS = 3.0
+READY_TIMEOUT = 30.0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # A stalled reader falls behind (and lags) after ~16 KiB unsent, not after megabytes.
+    sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class Supervisor:
+    def __init__(self, config: Config):
+        self.config = config
+        self.log = logs.get("supervisor")
+        self.ctx = multiprocessing.get_context("spawn")
+        base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
+        self.ring = Ring.create(base + "-ring")
+        self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
+        self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
+        self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
+        self.listener = listening_socket(*config.bind)
+        self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
+        for send_end, _ in self.wake:
+            send_end.setblocking(False)
+        self.config_dict = config.to_dict()
+        self.workers: list[multiprocessing.Process | None] = [None] * config.workers
+        self.sequencer: multiprocessing.Process | None = None
+        self.exporter: multiprocessing.Process | None = None
+        self.restarts = 0
+        self.stopping = False
+        self._signal_r, self._signal_w = os.pipe()
+        os.set_blocking(self._signal_w, False)
+
+    def _start_worker(self, index: int) -> None:
+        proc = self.ctx.Process(
+            target=worker_process.main, name=f"murgw-worker-{index}",
+            args=(self.config_dict, index, self.listener, self.ring.name, self.blocks.name,
+                  self.control_path, self.wake[index][1]))
+        proc.start()
+        self.workers[index] = proc
+
+    def start(self) -> None:
+        self.sequencer = self.ctx.Process(
+            target=sequencer.main, name="murgw-sequencer",
+            args=(self.config_dict, self.ring.name, self.blocks.name, self.control_path,
+                  [send_end for send_end, _ in self.wake]))
+        self.sequencer.start()
+        for index in range(self.config.workers):
+            self._start_worker(index)
+        host, port = self.listener.getsockname()[:2]
+        print(f"listening on http://{url_host(host)}:{port}", flush=True)
+        if self.config.metrics_bind is not None:
+            parent, child = self.ctx.Pipe(duplex=False)
+            mhost, mport = self.config.metrics_bind
+            self.exporter = self.ctx.Process(
+                target=exporter.main, name="murgw-exporter",
+                args=(mhost, mport, self.ring.name, self.blocks.name, child))
+            self.exporter.start()
+            if parent.poll(READY_TIMEOUT):
+                print(f"metrics on http://{url_host(mhost)}:{parent.recv()}/metrics", flush=True)
+            else:
+                self.log.error("the metrics exporter did not start")
+
+    def on_signal(self, signum, frame) -> None:
+        self.stopping = True
+        try:
+            os.write(self._signal_w, b"x")
+        except OSError:
+            pass
+
+    def watch(self) -> int:
+        """Until a signal or the sequencer's death; returns the exit status."""
+        while not self.stopping:
+            procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
+            wait([p.sentinel for p in procs] + [self._signal_r], timeout=5.0)
+            if self.stopping:
+                break
+            if not self.sequencer.is_alive():
+                self.log.error("sequencer exited; the session is over, stopping the gateway",
+                               exitcode=self.sequencer.exitcode)
+                return 1
+            for index, proc in enumerate(self.workers):
+                if proc is not None and not proc.is_alive():
+                    self.restarts += 1
+                    self.log.warning("worker died; replacing it", worker=index, exitcode=proc.exitcode,
+                                     restarts=self.restarts)
+                    metrics.retire_worker(self.blocks, index)
+                    self.counters.add("worker_restarts")
+                    self._start_worker(index)
+        return 0
+
+    def drain(self) -> None:
+        """Close every stream, stop every process, leave nothing in /dev/shm."""
+        self.ring.control[control_words.CLOSING] = 1
+        for proc in self.workers:
+            if proc is not None and proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + DRAIN_SECONDS
+        for proc in self.workers:
+            if proc is not None:
+                proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in (self.sequencer, self.exporter):
+            if proc is not None and proc.is_alive():
+                proc.terminate()
+                proc.join(max(0.5, deadline - time.monotonic()))
+        for proc in (self.sequencer, self.exporter, *self.workers):
+            if proc is not None and proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        self.listener.close()
+        for pair in self.wake:
+            for end in pair:
+                end.close()
+        self.ring.close()
+        self.ring.unlink()
+        self.counters.close()
+        self.blocks.unlink()
+        try:
+            os.unlink(self.control_path)
+        except FileNotFoundError:
+            pass
+
+
+def run(config: Config) -> int:
+    check_platform()
+    logs.setup("supervisor", config.log_level)
+    supervisor = Supervisor(config)
+    signal.signal(signal.SIGTERM, supervisor.on_signal)
+    signal.signal(signal.SIGINT, supervisor.on_signal)
+    status = 1
+    try:
+        supervisor.start()
+        status = supervisor.watch()
+    finally:
+        supervisor.drain()
+        supervisor.log.info("stopped", restarts=supervisor.restarts)
+    sys.stdout.flush()
+    return status

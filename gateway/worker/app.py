@@ -1,0 +1,388 @@
+"""The worker's HTTP surface: the door's checks, JSON-RPC dispatch and the stream openings.
+
+`POST /` is a raw ASGI endpoint (streams need one batched send per wake-up, which
+Starlette's StreamingResponse does not give). The order of checks on `POST /`:
+404 (no JSON content type or no body) -> 413 (body too large) -> 401/403 (the door's
+tokens) -> -32700 (not JSON) -> -32600 (not a JSON-RPC request) -> -32009 (A2A-Version) ->
+-32601 (method) -> the method's own errors. Every JSON-RPC error is one JSON body with HTTP
+200 (DECISIONS); the door's own refusals carry their HTTP status and a JSON body.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway import control_words
+from gateway.config import Config
+from gateway.control import ControlClient
+from gateway.metrics import Counters
+from gateway.protocol import activation, events, sse
+from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK,
+                                         LIST_TASKS, SEND_MESSAGE, SEND_STREAMING_MESSAGE,
+                                         STOP_SESSION, SUBSCRIBE_TO_TASK, WATCH_SESSION)
+from gateway.protocol.errors import (INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
+                                     METHOD_NOT_FOUND, PARSE_ERROR, RpcError, check_version,
+                                     error_body)
+from gateway.protocol.replay import parse_last_event_id, plan_replay
+from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.worker.hub import Hub
+from gateway.worker.streams import Stream, TaskView
+
+MAX_RPC_ID = 256
+METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
+           LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
+STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"connection", b"keep-alive")]
+JSON_HEAD = [(b"content-type", b"application/json")]
+
+
+class Refused(Exception):
+    """A door refusal with its own HTTP status and JSON body."""
+
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, list(headers)
+
+
+class Caller:
+    """Who is asking: the owner name tasks are recorded under, and whether it sees all tasks."""
+
+    def __init__(self, owner: str | None, sees_all: bool):
+        self.owner, self.sees_all = owner, sees_all
+
+    def params(self) -> dict:
+        return {"owner": self.owner, "sees_all": self.sees_all}
+
+
+class Door:
+    """`[network.authentication]`: bearer tokens kept as sha256, compared in constant time."""
+
+    def __init__(self, config: Config):
+        self.rules = config.tokens
+
+    @property
+    def public(self) -> bool:
+        return not self.rules
+
+    def caller(self, authorization: str | None, method: str) -> Caller:
+        if self.public:
+            return Caller(None, True)
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refused(401, "this door requires Authorization: Bearer <token>",
+                          [(b"www-authenticate", b"Bearer")])
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        match = None
+        for rule in self.rules:  # every rule is compared, so timing says nothing of which
+            if hmac.compare_digest(rule.sha256, digest):
+                match = rule
+        if match is None:
+            raise Refused(401, "the bearer token is not valid for this door",
+                          [(b"www-authenticate", b'Bearer error="invalid_token"')])
+        if "*" not in match.scopes and method not in match.scopes:
+            raise Refused(403, f"the token does not hold the {method} scope")
+        return Caller(match.name, "*" in match.scopes or WATCH_SESSION in match.scopes)
+
+
+def header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def header_values(scope: dict, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
+
+
+def is_json_content_type(value: str | None) -> bool:
+    if not value:
+        return False
+    media = value.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*JSON_HEAD, (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def rpc_id_of(request: object):
+    if isinstance(request, dict):
+        rpc_id = request.get("id")
+        if isinstance(rpc_id, (str, int)) and not isinstance(rpc_id, bool):
+            return rpc_id
+    return None
+
+
+class RpcEndpoint:
+    """`POST /`: every JSON-RPC method."""
+
+    def __init__(self, config: Config, hub: Hub, control: ControlClient, counters: Counters):
+        self.config = config
+        self.hub = hub
+        self.control = control
+        self.counters = counters
+        self.door = Door(config)
+        self.conversation_mode = config.lifecycle.conversation
+
+    async def _read_body(self, scope: dict, receive) -> bytes | None:
+        limit = self.config.max_body_bytes
+        length = header(scope, b"content-length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            raise Refused(413, f"request body exceeds {limit} bytes")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise Refused(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if not is_json_content_type(header(scope, b"content-type")):
+            await respond(send, 404, orjson.dumps({"error": "not found: POST / takes a JSON body "
+                                                            "with content-type application/json"}))
+            return
+        try:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                return
+            if not body.strip():
+                raise Refused(404, "not found: POST / takes a non-empty JSON body")
+            await self._dispatch(scope, receive, send, body)
+        except Refused as refusal:
+            self.counters.add("requests_refused")
+            await respond(send, refusal.status, orjson.dumps({"error": refusal.message}),
+                          refusal.headers)
+
+    async def _dispatch(self, scope, receive, send, body: bytes) -> None:
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            await self._error(send, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
+            return
+        rpc_id = rpc_id_of(request)
+        try:
+            method = self._check_request(request)
+            caller = self.door.caller(header(scope, b"authorization"), method)
+            check_version(header(scope, b"a2a-version"))
+            params = request.get("params")
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, "params must be an object")
+            if method in activation.STREAM_METHODS:
+                await self._stream(scope, receive, send, method, request["id"], params, caller)
+                return
+            result = await self._call(method, params, caller, scope)
+        except RpcError as err:
+            await self._error(send, rpc_id, err)
+            return
+        except ConnectionError:
+            await self._error(send, rpc_id, RpcError(INTERNAL_ERROR, "the sequencer is not reachable"))
+            return
+        await respond(send, 200, sse.json_rpc_result(request["id"], result))
+
+    def _check_request(self, request: object) -> str:
+        if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
+            raise RpcError(INVALID_REQUEST, 'the body must be a JSON-RPC 2.0 request object ("jsonrpc": "2.0")')
+        rpc_id = request.get("id")
+        if rpc_id is None or isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int)):
+            raise RpcError(INVALID_REQUEST, "the request id must be a string or an integer")
+        if isinstance(rpc_id, int) and not -(1 << 63) <= rpc_id < 1 << 64:
+            raise RpcError(INVALID_REQUEST, "the request id is out of range")
+        if isinstance(rpc_id, str) and len(rpc_id) > MAX_RPC_ID:
+            raise RpcError(INVALID_REQUEST, f"the request id is longer than {MAX_RPC_ID} characters")
+        method = request.get("method")
+        if not isinstance(method, str):
+            raise RpcError(INVALID_REQUEST, "method must be a string")
+        if method not in METHODS:
+            raise RpcError(METHOD_NOT_FOUND, f"method {method[:100]!r} not found")
+        return method
+
+    async def _error(self, send, rpc_id, err: RpcError) -> None:
+        self.counters.add("requests_refused")
+        await respond(send, 200, error_body(rpc_id, err))
+
+    async def _call(self, method: str, params: dict, caller: Caller, scope: dict) -> object:
+        who = caller.params()
+        if method == SEND_MESSAGE:
+            answer = await self.control.call("send", params=params, streaming=False, **who)
+            return {"task": answer.get("task") or answer["rejected"]}
+        if method == GET_TASK:
+            return (await self.control.call("get", id=params.get("id"), **who))["task"]
+        if method == LIST_TASKS:
+            return await self.control.call("list", params=params, **who)
+        if method == CANCEL_TASK:
+            return await self.control.call("cancel", id=params.get("id"), **who)
+        if method == STOP_SESSION:
+            await self.control.call("stop")
+            return {}
+        return agent_card(self.config, scope, extended=True)
+
+    # --- streams ---
+
+    def _replay_plan(self, scope: dict, watch: bool):
+        return plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
+                           oldest=self.hub.oldest, next_id=self.hub.next_id)
+
+    async def _stream(self, scope, receive, send, method: str, rpc_id, params: dict,
+                      caller: Caller) -> None:
+        rpc_id_json = orjson.dumps(rpc_id)
+        ext_values = header_values(scope, b"a2a-extensions")
+        activated = activation.connection_activated(method, ext_values)
+        door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
+            params.get("message") if isinstance(params.get("message"), dict) else {})
+        self.hub.sync()  # note the ring head before the task is read: nothing is lost between
+        parts: list[bytes] = []
+        if method == WATCH_SESSION:
+            stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
+                            counters=self.counters, control=self.control)
+            parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
+            ended = self._open_replay(stream, scope, parts, watch=True)
+        else:
+            who = caller.params()
+            if method == SEND_STREAMING_MESSAGE:
+                answer = await self.control.call("send", params=params, streaming=True, **who)
+                if "rejected" in answer:
+                    await self._start(send, method, activated, door_used)
+                    rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
+                    await send({"type": "http.response.body", "body": rejected})
+                    return
+            else:
+                answer = await self.control.call("subscribe", id=params.get("id"), **who)
+            task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
+            stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
+                            counters=self.counters, control=self.control, task=task,
+                            activated=activated)
+            parts.append(stream.unnumbered(events.task_event(answer["task"])))
+            ended = self._open_replay(stream, scope, parts, watch=False)
+        await self._start(send, method, activated, door_used)
+        await stream.serve(b"".join(parts), ended)
+
+    def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], watch: bool) -> bool:
+        plan = self._replay_plan(scope, watch)
+        stream.cursor = self.hub.head
+        if plan.after is None:
+            self.counters.add("replays", label="none")
+            return False
+        if plan.gap is not None:
+            self.counters.add("replays", label="gap")
+            if stream.activated:
+                parts.append(stream.connection_frame(events.gap_frame(plan.gap)))
+        else:
+            self.counters.add("replays", label="replayed")
+        return stream.replay(plan.after, parts)
+
+    async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
+        headers = list(STREAM_HEAD)
+        value = activation.extensions_header(
+            activation.response_extensions(method, activated=activated, door_used=door_used))
+        if value:
+            headers.append((b"a2a-extensions", value.encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+
+def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
+    host = header(scope, b"host") or "%s:%d" % tuple(config.bind)
+    frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
+    streaming = config.lifecycle.task_acceptance != "none"
+    card = {
+        "name": "murmur-gateway",
+        "description": "A murmur capsule served through murmur-gateway.",
+        "supportedInterfaces": [{"url": f"http://{host}/", "protocolBinding": "JSONRPC",
+                                 "protocolVersion": A2A_VERSION}],
+        "version": "0.1.0",
+        "capabilities": {
+            "streaming": streaming,
+            "pushNotifications": False,
+            "extensions": [
+                {"uri": DOOR_URI, "description": "The murmur door: session control and forgetSession.",
+                 "required": False},
+                {"uri": CAPSULE_URI, "description": "The murmur capsule's session and task model.",
+                 "required": False},
+                {"uri": STREAM_URI,
+                 "description": "The murmur frames this capsule writes in addition to the A2A v1.0 events: "
+                                "sent on SendStreamingMessage and SubscribeToTask when the request's "
+                                "A2A-Extensions header names this URI, and always on murmur.WatchSession. "
+                                "Each is carried in a StreamResponse under metadata keyed by this URI.",
+                 "required": False, "params": {"frames": frames}},
+            ],
+            "extendedAgentCard": bool(config.tokens),
+        },
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "capsule", "name": "capsule", "description": "Runs tasks sent as messages.",
+                    "tags": ["murmur"]}],
+    }
+    if config.tokens:
+        card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+        card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+    return card
+
+
+def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Starlette:
+    rpc = RpcEndpoint(config, hub, control, counters)
+    card_cache: dict[str, tuple[bytes, str]] = {}
+
+    async def card(request: Request) -> Response:
+        host = request.headers.get("host", "")
+        if host not in card_cache:
+            if len(card_cache) > 64:
+                card_cache.clear()
+            body = orjson.dumps(agent_card(config, request.scope))
+            card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32])
+        body, etag = card_cache[host]
+        headers = {"cache-control": "public, max-age=300", "etag": etag}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)
+
+    async def attachment(request: Request) -> Response:
+        if request.method != "GET":
+            return Response(status_code=405, headers={"allow": "GET"})
+        try:
+            caller = rpc.door.caller(request.headers.get("authorization"), GET_TASK)
+        except Refused as refusal:
+            return JSONResponse({"error": refusal.message}, refusal.status,
+                                {k.decode(): v.decode() for k, v in refusal.headers})
+        found = await control.call("attachment", task_id=request.path_params["task_id"],
+                                   sha256=request.path_params["sha256"], **caller.params())
+        if found is None:
+            return Response(status_code=404)
+        return Response(base64.b64decode(found["data"]), media_type=found["mediaType"],
+                        headers={"x-content-type-options": "nosniff"})
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "serving", "pid": os.getpid()})
+
+    async def readyz(request: Request) -> Response:
+        words = hub.ring.control
+        ready = (words[control_words.SEQUENCER_PID] and words[control_words.UPSTREAM_CONNECTED]
+                 and not words[control_words.SESSION_CLOSED] and not hub.closing)
+        return JSONResponse({"ready": bool(ready)}, 200 if ready else 503)
+
+    return Starlette(routes=[
+        Route("/", rpc, methods=["POST"]),
+        Route("/.well-known/agent-card.json", card, methods=["GET"]),
+        Route("/attachments/{task_id}/{sha256}", attachment,
+              methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+    ])

@@ -1,0 +1,72 @@
+"""A worker process: hypercorn under uvloop, serving the app on the inherited listening socket.
+
+Shutdown: the supervisor sets the ring's CLOSING word and sends SIGTERM. Hypercorn never
+tells a streaming response it is shutting down, so the worker first ends every stream
+through the hub, then fires hypercorn's shutdown trigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from gateway import logs
+from gateway.config import Config
+from gateway.control import ControlClient
+from gateway.metrics import Counters
+from gateway.worker.app import create_app
+from gateway.worker.hub import Hub
+from shm import Ring
+
+GRACE_SECONDS = 2.0
+
+
+def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig:
+    hc = HypercornConfig()
+    hc.bind = [f"fd://{listener.fileno()}"]
+    hc.include_server_header = False
+    hc.include_date_header = False
+    hc.graceful_timeout = GRACE_SECONDS
+    hc.accesslog = None
+    hc.errorlog = None
+    hc.backlog = 2048
+    hc.keep_alive_timeout = 30
+    return hc
+
+
+async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
+              counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+    ring = Ring.attach(ring_name)
+    counters = Counters.attach(counters_name, "worker", index)
+    hub = Hub(ring, wake_sock, index, config.heartbeat_interval)
+    control = ControlClient(control_path)
+    app = create_app(config, hub, control, counters)
+    stop = asyncio.Event()
+
+    def on_term() -> None:
+        hub.close_all()
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
+    hub.start()
+    logs.get("worker").info("worker serving", worker=index)
+    try:
+        await serve(app, hypercorn_config(listener, config), shutdown_trigger=stop.wait)
+    finally:
+        hub.stop()
+        await control.close()
+
+
+def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
+         counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+    """Process entry point (spawn context)."""
+    import uvloop
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
+    config = Config.from_dict(config_dict)
+    logs.setup("worker", config.log_level)
+    uvloop.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock))
