@@ -95,8 +95,7 @@ class Counters:
         self.words[base + len(buckets) + 1] += max(0, int(value * scale))
 
     def close(self) -> None:
-        self.words.release()
-        self._blocks.close()
+        self._blocks.close()  # releases every view of the block, ours included
 
 
 def create_blocks(name: str, workers: int) -> CounterBlocks:
@@ -115,8 +114,6 @@ def retire_worker(blocks: CounterBlocks, worker: int) -> None:
         if i not in gauges:
             keep[i] += dead[i]
     blocks.clear_block(FIRST_WORKER_BLOCK + worker)
-    dead.release()
-    keep.release()
 
 
 def totals(blocks: CounterBlocks) -> list[int]:
@@ -126,7 +123,6 @@ def totals(blocks: CounterBlocks) -> list[int]:
         words = blocks.block(b)
         for i in range(WORDS):
             sums[i] += words[i]
-        words.release()
     return [s if s < 1 << 63 else s - (1 << 64) for s in sums]
 
 

@@ -23,7 +23,8 @@ class CounterBlocks:
         with segment.buf[: _HEADER_WORDS * 8].cast("Q") as header:
             magic, blocks, words = header[_MAGIC], header[_BLOCKS], header[_WORDS]
         if magic != MAGIC:
-            raise ValueError(f"{segment.name}: not a murmur-gateway counter segment of this version")
+            raise ValueError(f"{segment.name}: not a murmur-gateway counter segment "
+                             "of this version")
         self.name = segment.name
         self.blocks = blocks
         self.words = words
@@ -65,7 +66,10 @@ class CounterBlocks:
         self._segment.buf[start:start + self.words * 8] = bytes(self.words * 8)
 
     def _starts(self) -> range:
-        return range(_HEADER_WORDS * 8, (_HEADER_WORDS + self.blocks * self._stride) * 8, self._stride * 8)
+        """Each block's first byte in the segment."""
+        stride_bytes = self._stride * 8
+        first = _HEADER_WORDS * 8
+        return range(first, first + self.blocks * stride_bytes, stride_bytes)
 
     def close(self) -> None:
         self._segment.close()

@@ -3,8 +3,9 @@
 The contract, in the manner of tokio's ``broadcast`` channel:
 
 * **One writer, many readers.** One process at a time appends (``append``, ``reset``); any
-  number of processes ``attach`` and ``read``. Readers never write to the segment and never
-  slow the writer down: the writer does not know they exist.
+  number of processes ``attach`` and ``read``. Readers never write the ring's words and
+  never slow the writer down: the writer does not know they exist. A writer that attaches
+  (a restarted one) carries on from what the segment shows.
 * **Records are addressed by id.** Ids are the caller's u64 numbers (1 <= id < 2**63),
   strictly increasing within a session but free to jump: the ids skipped hold nothing. A
   record is (id, key, meta, data): ``key`` and ``meta`` are two u64 words the caller filters
@@ -12,10 +13,12 @@ The contract, in the manner of tokio's ``broadcast`` channel:
   ``max_record``: ``RecordTooLarge``, and nothing is written).
 * **The ring forgets.** It keeps at most ``slots`` ids (id ``n`` lives in slot
   ``n % slots``) and at most ``arena_bytes`` of data, whichever runs out first. ``oldest``
-  is the first id still readable and ``head`` the last one published; ``oldest <= head``
-  and ``head - oldest < slots``. A reader that falls behind does not block anything: the
-  records it missed are gone, ``read`` answers ``None`` for them, and it decides how to
-  catch up (typically from ``oldest`` or near ``head``) and how to report the gap.
+  is the first id still readable and ``head`` the last one published; after each append
+  ``oldest <= head`` and ``head - oldest < slots``. A reader that loads both while the
+  writer runs loads ``oldest`` first and treats it as a hint: ``read`` has the last word.
+  A reader that falls behind blocks nothing: the records it missed are gone, ``read``
+  answers ``None`` for them, and the reader decides how to catch up (from ``oldest``, or
+  near ``head``) and how to report the gap.
 * **Never torn bytes.** If the writer overwrites a record while a reader is copying it, the
   reader notices and ``read`` answers ``None``, exactly as if it had come too late. A
   ``Record`` returned is always the one written under that id in the current session.
@@ -143,7 +146,7 @@ class Ring:
 
     @property
     def oldest(self) -> int:
-        """The first id still readable (0 when empty). Read ``head`` first if you need both."""
+        """The first id still readable (0 when empty); load it before ``head`` if you need both."""
         return self._words[_OLDEST]
 
     def append(self, id: int, key: int, meta: int, data: bytes) -> None:
@@ -151,10 +154,12 @@ class Ring:
         size = len(data)
         if size > self.max_record:
             raise RecordTooLarge(f"record {id} holds {size} bytes; the ring takes at most "
-                                 f"{self.max_record} (a quarter of its {self.arena_bytes}-byte arena)")
+                                 f"{self.max_record} (a quarter of its "
+                                 f"{self.arena_bytes}-byte arena)")
         words = self._words
         if not words[_HEAD] < id <= _MAX_ID:
-            raise ValueError(f"record id {id} must be above the head {words[_HEAD]} and below 2**63")
+            raise ValueError(f"record id {id} must be above the head {words[_HEAD]} "
+                             "and below 2**63")
         if not (0 <= key <= _MAX_U64 and 0 <= meta <= _MAX_U64):
             raise ValueError(f"key {key} and meta {meta} must be u64")
         live = self._live
@@ -169,7 +174,7 @@ class Ring:
         reserve = pos + size
         words[_RESERVE] = reserve
         self._evict(live, id - self.slots, reserve - arena_bytes)
-        slot = _HEADER_WORDS + (id % self.slots) * _SLOT_WORDS
+        slot = self._slot(id)
         words[slot + _SEQ] = 2 * id - 1
         self._arena[offset:offset + size] = data
         words[slot + _POS] = pos
@@ -182,12 +187,17 @@ class Ring:
         if len(live) == 1:
             words[_OLDEST] = id
 
+    def _slot(self, id: int) -> int:
+        """The index in ``_words`` of the first word of id's slot."""
+        return _HEADER_WORDS + (id % self.slots) * _SLOT_WORDS
+
     def _evict(self, live: deque[tuple[int, int]], last_lost_id: int, first_kept_pos: int) -> None:
         """Forget records whose slot the new id takes over or whose bytes it overwrites.
 
         Both happen oldest first, so the survivors are always the newest records. ``oldest``
         moves before the bytes are overwritten, and never past the published head: when
-        nothing survives, ``append`` sets it to the new id after publishing it.
+        nothing survives, ``append`` sets it to the new id after publishing it. So a reader
+        that loads ``oldest`` and then ``head`` sees ``oldest <= head``.
         """
         evicted = False
         while live and (live[0][0] <= last_lost_id or live[0][1] < first_kept_pos):
@@ -202,7 +212,7 @@ class Ring:
         head, first_kept_pos = words[_HEAD], words[_RESERVE] - self.arena_bytes
         live: deque[tuple[int, int]] = deque()
         for id in range(max(1, head - self.slots + 1), head + 1):
-            slot = _HEADER_WORDS + (id % self.slots) * _SLOT_WORDS
+            slot = self._slot(id)
             if words[slot + _SEQ] == 2 * id and words[slot + _POS] >= first_kept_pos:
                 live.append((id, words[slot + _POS]))
         return live
@@ -222,20 +232,23 @@ class Ring:
     def read(self, id: int, *, _race: Callable[[str], None] | None = None) -> Record | None:
         """The record ``id``, or None if it is not (or no longer) in the ring.
 
-        ``_race`` is a test hook, called at the two points where a concurrent writer can
-        overwrite the record under the reader: after the descriptor is read ("descriptor")
-        and after the bytes are copied ("copied").
+        ``_race`` is a test hook, called where a concurrent writer can overwrite the record
+        under the reader: after the sequence word is checked ("sequence"), after the
+        descriptor is read ("descriptor") and after the bytes are copied ("copied").
         """
         words = self._words
         epoch = words[_EPOCH]
         head = words[_HEAD]
         if id < 1 or not head - self.slots < id <= head:
             return None
-        slot = _HEADER_WORDS + (id % self.slots) * _SLOT_WORDS
+        slot = self._slot(id)
         seq = words[slot + _SEQ]
         if seq != 2 * id:
             return None
-        pos, size, key, meta = words[slot + _POS], words[slot + _LEN], words[slot + _KEY], words[slot + _META]
+        if _race:
+            _race("sequence")
+        pos, size = words[slot + _POS], words[slot + _LEN]
+        key, meta = words[slot + _KEY], words[slot + _META]
         if _race:
             _race("descriptor")
         offset = pos % self.arena_bytes

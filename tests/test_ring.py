@@ -161,6 +161,30 @@ def test_reset_starts_a_new_empty_session(ring):
         reader.close()
 
 
+def test_a_slot_taken_over_while_a_reader_reads_it_gives_none(ring):
+    ring.append(1, 3, 0, b"first")
+
+    def writer_takes_the_slot(stage):
+        if stage == "sequence":
+            ring.append(513, 9, 0, b"later")  # 513 % 512 == 1: the descriptor is now 513's
+
+    assert ring.read(1, _race=writer_takes_the_slot) is None
+    assert ring.read(513) == Record(513, 9, 0, b"later")
+
+
+def test_a_read_that_straddles_a_reset_gives_none_even_for_the_same_id(ring):
+    ring.append(1, 0, 0, b"session 1")
+    for stage in ("sequence", "descriptor", "copied"):
+
+        def new_session_rewrites_id_1(at):
+            if at == stage:
+                ring.reset()
+                ring.append(1, 0, 0, b"session " + str(ring.epoch).encode())
+
+        assert ring.read(1, _race=new_session_rewrites_id_1) is None
+    assert ring.read(1).data == b"session 4"
+
+
 def test_ids_may_jump_and_the_skipped_ids_hold_nothing(ring):
     ring.append(1, 0, 0, b"one")
     ring.append(3, 0, 0, b"three")

@@ -2,9 +2,10 @@
 
 A model keeps what was written in the current session. Hypothesis interleaves appends (any
 size up to the limit, so records wrap the arena; ids that step or jump), resets, a reader
-that follows the ring, and a reader that pauses while the writer runs on: after reading a
-record's descriptor (the writer may then overwrite the bytes it is about to copy) and after
-copying them. One process plays both sides, so every interleaving is reproducible.
+that follows the ring, and a reader that pauses while the writer runs on: after checking a
+slot's sequence word (the writer may then replace the descriptor), after reading the
+descriptor (the writer may overwrite the bytes about to be copied) and after copying them.
+One process plays both sides, so every interleaving is reproducible.
 """
 
 import os
@@ -23,6 +24,7 @@ MAX_RECORD = ARENA // 4
 id_steps = st.one_of(st.integers(1, 3), st.integers(SLOTS - 1, 3 * SLOTS))
 record_sizes = st.one_of(st.integers(0, 16), st.integers(MAX_RECORD - 40, MAX_RECORD))
 appends = st.lists(st.tuples(id_steps, record_sizes), max_size=12)
+STAGES = ("sequence", "descriptor", "copied")  # where Ring.read lets the writer run
 
 
 def payload(epoch: int, id: int, size: int) -> bytes:
@@ -67,7 +69,7 @@ class RingMachine(RuleBasedStateMachine):
 
     @rule()
     def follow(self):
-        """A reader catching up from its cursor: ascending ids, exact bytes, gaps only for lost ids."""
+        """A reader catching up from its cursor: ascending ids, exact bytes, gaps only where lost."""
         for id in range(max(self.cursor + 1, self.ring.head - 4 * SLOTS), self.ring.head + 1):
             record = self.ring.read(id)
             if record is not None:
@@ -79,26 +81,25 @@ class RingMachine(RuleBasedStateMachine):
                 assert id not in self.readable()
         self.cursor = self.ring.head
 
-    @precondition(lambda self: self.written)
-    @rule(data=st.data(), during_copy=appends, after_copy=appends, reset_during=st.booleans())
-    def paused_read(self, data, during_copy, after_copy, reset_during):
-        id = data.draw(st.sampled_from(sorted(self.written)))
-        before = self.written.get(id) if id >= self.ring.oldest else None
+    @precondition(lambda self: self.readable())
+    @rule(data=st.data(), writes=st.fixed_dictionaries(dict.fromkeys(STAGES, appends)),
+          reset_at=st.sampled_from((None, *STAGES)))
+    def paused_read(self, data, writes, reset_at):
+        """A reader the writer overtakes at any of the three points of a read."""
+        before = self.readable()
+        id = data.draw(st.sampled_from(sorted(before)))
+        before = before[id]
         epoch = self.ring.epoch
 
         def writer_runs(stage):
-            if stage == "descriptor":
-                if reset_during:
-                    self.reset()
-                for step, size in during_copy:
-                    self.append(step, size)
-            else:
-                for step, size in after_copy:
-                    self.append(step, size)
+            if stage == reset_at:
+                self.reset()
+            for step, size in writes[stage]:
+                self.append(step, size)
 
         record = self.ring.read(id, _race=writer_runs)
         if record is not None:  # never torn: exactly what was readable when the read began
-            assert before is not None and record == (id, id * 3, len(before), before)
+            assert record == (id, id * 3, len(before), before)
         if self.ring.epoch != epoch:
             assert record is None
         elif id in self.readable():  # nothing overwrote it: a pause alone loses nothing

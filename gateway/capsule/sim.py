@@ -31,6 +31,10 @@ from gateway.protocol import events, ids, states
 STEP = 0.002  # seconds between the default script's events: fast, yet visibly a stream
 INPUT_TIMEOUT = 0.5  # the `timeout` scenario's request-input wait
 NOT_ALLOWED_TOOL = "no-such-tool"
+# A burst writes BURST_CHUNK frames back to back, then yields for BURST_PAUSE: far faster
+# than a stalled reader drains (so it lags), slow enough that a reading one keeps up.
+BURST_CHUNK = 50
+BURST_PAUSE = 0.001
 
 
 class Emitter(Protocol):
@@ -177,8 +181,7 @@ class Attempt:
             return None
         finally:
             self.task.reply = None
-        self.emit.status(self.task, states.WORKING, states.RESUMED)
-        return reply
+        return reply  # the sequencer wrote `resumed` when it took the reply
 
 
 Scenario = Callable[[Attempt, dict], Awaitable[None]]
@@ -262,8 +265,8 @@ async def burst_script(a: Attempt, options: dict) -> None:
     a.emit.status(a.task, states.WORKING, states.inference_turn(a.turns))
     for i in range(n):
         a.emit.frame(a.task, events.text_frame(f"burst {i + 1} ", False))
-        if i % 256 == 255:
-            await asyncio.sleep(0)  # let control calls in; the burst stays far ahead of readers
+        if i % BURST_CHUNK == BURST_CHUNK - 1:
+            await asyncio.sleep(BURST_PAUSE)
     a.emit.frame(a.task, events.text_frame("", True))
     a.complete(f"burst of {n} frames")
 

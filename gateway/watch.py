@@ -1,0 +1,182 @@
+"""`mur watch [ADDRESS] [--token TOKEN]`: print what a capsule (or a gateway) is doing.
+
+A blocking murmur.WatchSession client over `http.client`, which decodes the chunked body;
+the bytes go to `SSEParser`, each event to `WatchPrinter` (gateway/watch_printer.py says
+what is printed), and every write is flushed at once so the output can be piped.
+
+It sends `A2A-Version: 1.0` and `Last-Event-ID: 0`, so the replay buffer is printed on
+attach, and never reconnects. Exit status:
+
+- 0: the capsule closed its stream (`capsule-closed`);
+- 1: the connection was lost: `E-IO-003`, naming the last event id read;
+- 2: the request was refused: the connection itself, an HTTP status other than 200 (401,
+  403, ...), or a JSON-RPC error; one line on stderr, never a traceback;
+- 130: SIGINT, quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import io
+import os
+import sys
+from typing import Iterator, TextIO
+from urllib.parse import urlsplit
+
+import orjson
+
+from gateway.protocol.parser import SSEParser
+from gateway.watch_printer import EXIT_REFUSED, STDERR, STDOUT, WatchPrinter, Write
+
+DEFAULT_ADDRESS = "http://127.0.0.1:52222"
+CONNECT_TIMEOUT = 10.0
+READ_SIZE = 65536
+EXIT_LOST = 1
+EXIT_INTERRUPTED = 130
+WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
+
+
+class Refused(Exception):
+    """The request was answered with something other than an event stream."""
+
+
+def request_headers(token: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "A2A-Version": "1.0", "Last-Event-ID": "0",
+               "Accept": "text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def normalized_address(address: str) -> str:
+    """`host:port` means `http://host:port`; a trailing slash is dropped."""
+    return (address if "://" in address else f"http://{address}").rstrip("/")
+
+
+def open_connection(address: str) -> http.client.HTTPConnection:
+    try:
+        url = urlsplit(address)
+        port = url.port
+    except ValueError:
+        raise Refused(f"not a valid address: {address}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise Refused(f"not an http:// or https:// address: {address}")
+    connection_class = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    connection = connection_class(url.hostname, port, timeout=CONNECT_TIMEOUT)
+    try:
+        connection.connect()
+    except OSError as exc:
+        raise Refused(f"cannot connect to {address}: {exc.strerror or exc}") from None
+    return connection
+
+
+def refusal(response: http.client.HTTPResponse) -> str:
+    """One line naming why a non-stream answer refused the request."""
+    body = response.read()
+    try:
+        error = orjson.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):  # a JSON-RPC error
+        detail = f"error {error.get('code')}: {error.get('message')}"
+    elif isinstance(error, str):  # the door's own refusal
+        detail = error
+    else:
+        detail = body.decode("utf-8", "replace").strip().splitlines()[0] if body.strip() else "no body"
+    phrase = http.client.responses.get(response.status, response.reason)  # servers may send no reason
+    return f"HTTP {response.status} {phrase}: {detail}" if response.status != 200 else detail
+
+
+class Console:
+    """Where the printer's writes go; each batch is flushed as it arrives."""
+
+    def __init__(self, stdout: TextIO, stderr: TextIO):
+        self.streams = {STDOUT: stdout, STDERR: stderr}
+
+    def show(self, writes: list[Write]) -> None:
+        touched = set()
+        for write in writes:
+            self.streams[write.stream].write(write.text)
+            touched.add(write.stream)
+        for name in touched:
+            self.streams[name].flush()
+
+
+def start_watch(connection: http.client.HTTPConnection, address: str,
+                token: str | None) -> http.client.HTTPResponse | None:
+    """The event stream's response; None when the connection was lost before its head."""
+    try:
+        connection.request("POST", urlsplit(address).path or "/", body=WATCH_REQUEST, headers=request_headers(token))
+        response = connection.getresponse()
+        if response.status != 200 or not response.getheader("content-type", "").startswith("text/event-stream"):
+            raise Refused(f"{address} refused the request: {refusal(response)}")
+    except (OSError, http.client.HTTPException):
+        return None
+    connection.sock.settimeout(None)  # heartbeats may pause; only a closed connection ends the stream
+    return response
+
+
+def body_chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The body's bytes as they arrive, until it ends or the connection is lost."""
+    try:
+        while chunk := response.read1(READ_SIZE):
+            yield chunk
+    except (OSError, http.client.HTTPException):
+        return
+
+
+def watch(address: str, token: str | None, console: Console) -> int:
+    address = normalized_address(address)
+    try:
+        connection = open_connection(address)
+        with contextlib.closing(connection):
+            return print_stream(start_watch(connection, address, token), address, console)
+    except Refused as exc:
+        console.show([Write(STDERR, f"mur watch: {exc}\n")])
+        return EXIT_REFUSED
+
+
+def print_stream(response: http.client.HTTPResponse | None, address: str, console: Console) -> int:
+    printer = WatchPrinter()
+    if response is not None:
+        parser = SSEParser()
+        for chunk in body_chunks(response):
+            for event in parser.feed(chunk):
+                console.show(printer.feed(event))
+                if printer.exit_code is not None:
+                    return printer.exit_code
+    console.show(printer.lost(address))
+    return EXIT_LOST
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mur", description="murmur client commands")
+    commands = parser.add_subparsers(dest="command", required=True)
+    watch_command = commands.add_parser("watch", help="print every task a capsule runs, as it runs",
+                                        description="Attach to a capsule's murmur.WatchSession and print it.")
+    watch_command.add_argument("address", nargs="?", default=DEFAULT_ADDRESS,
+                               help=f"the capsule's or gateway's address (default {DEFAULT_ADDRESS})")
+    watch_command.add_argument("--token", help="bearer token, sent as Authorization: Bearer TOKEN")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")  # tool output must never stop the watch
+    try:
+        return watch(args.address, args.token, Console(sys.stdout, sys.stderr))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # stdout's reader went away (`mur watch | head`): exit quietly, and keep the
+        # interpreter's final flush from complaining about the same pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_LOST
+
+
+if __name__ == "__main__":
+    sys.exit(main())

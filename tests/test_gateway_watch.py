@@ -1,0 +1,328 @@
+"""murmur.WatchSession end to end: the real multi-process gateway over real sockets.
+
+Every event read here is also parsed by the A2A SDK's StreamResponse (support.SSEStream).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import orjson
+import pytest
+
+from gateway.protocol.uris import DOOR_URI, STREAM_URI
+from support import (SSEStream, wait_for, describe, is_terminal_event, item, rpc, running_gateway,
+                     task_id_of, user_message)
+
+WATCH = "murmur.WatchSession"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
+        yield gw
+
+
+def send(port: int, text: str) -> str:
+    status, _, body = rpc(port, "SendMessage", user_message(text))
+    assert status == 200, body
+    return body["result"]["task"]["id"]
+
+
+def task_events(stream: SSEStream, task_id: str) -> list:
+    """This task's events on a watch stream, up to and including its terminal status."""
+    out = []
+    for event in stream.events():
+        if task_id_of(event) == task_id:
+            out.append(event)
+            if is_terminal_event(event):
+                return out
+    raise AssertionError("stream ended before the task did")
+
+
+def watch(port: int, **kw) -> SSEStream:
+    stream = SSEStream(port, WATCH, {}, **kw)
+    assert stream.status == 200
+    first = stream.next()
+    assert item(first).frame["frame"] == "connection-ack"
+    return stream
+
+
+def test_head_is_exactly_the_specs(gateway):
+    with SSEStream(gateway.port, WATCH, {}) as stream:
+        assert stream.status == 200
+        assert [k.lower() for k, _ in stream.http.raw_headers if k.lower() != "transfer-encoding"] == [
+            "content-type", "cache-control", "connection", "a2a-extensions"]
+        assert stream.headers["content-type"] == "text/event-stream"
+        assert stream.headers["cache-control"] == "no-cache"
+        assert stream.headers["connection"] == "keep-alive"
+        assert stream.headers["a2a-extensions"] == f"{DOOR_URI}, {STREAM_URI}"
+        ack = stream.next()
+        assert ack.id is None
+        frame = item(ack).frame
+        assert frame == {"frame": "connection-ack", "role": "observer", "conversationMode": "stateless"}
+        assert item(ack).body["parts"] == [{"mediaType": "text/plain", "text": "connection-ack"}]
+        assert "contextId" not in item(ack).body
+
+
+DEFAULT_ORDER = [
+    "working:inference turn 1", "thinking", "text:Let me look ", "text:at that.",
+    "tool-call-started", "tool-call-progress", "text!:", "artifact",
+    "working:inference turn 2", "text:Done: ", "text:hello there", "text!:",
+    "artifactUpdate", "completed:task completed",
+]
+
+SCENARIO_ORDERS = {
+    "/scenario fail": ["working:inference turn 1", "text:Starting", "text!:",
+                       "failed:task failed (driver_error): simulated driver failure"],
+    "/scenario reopen": ["working:inference turn 1", "text:First draft", "text!:",
+                         "working:reopened by hook review-gate", "working:inference turn 2",
+                         "text:Reviewed answer", "text!:", "artifactUpdate", "completed:task completed"],
+    "/scenario reopen hook=lint": ["working:inference turn 1", "text:First draft", "text!:",
+                                   "working:reopened by hook lint", "working:inference turn 2",
+                                   "text:Reviewed answer", "text!:", "artifactUpdate",
+                                   "completed:task completed"],
+    "/scenario slow turns=2 delay=0.05": ["working:inference turn 1", "text:turn 1 done", "text!:",
+                                          "working:inference turn 2", "text:turn 2 done", "text!:",
+                                          "artifactUpdate", "completed:task completed"],
+    "/scenario image": ["working:inference turn 1", "tool-call-started", "tool-call-progress",
+                        "artifact", "working:inference turn 2", "text:Took a screenshot.", "text!:",
+                        "artifactUpdate", "completed:task completed"],
+    "/scenario tools n=3": ["working:inference turn 1"] + ["tool-call-started", "tool-call-progress"] * 3
+                           + ["artifact"] * 3 + ["working:inference turn 2", "text:Ran 3 tool calls.",
+                                                 "text!:", "artifactUpdate", "completed:task completed"],
+    "/scenario quiet seconds=0.1": ["working:inference turn 1", "text!:Quiet work finished.",
+                                    "artifactUpdate", "completed:task completed"],
+    "/scenario burst n=5": ["working:inference turn 1"] + [f"text:burst {i} " for i in range(1, 6)]
+                           + ["text!:", "artifactUpdate", "completed:task completed"],
+}
+
+
+def test_default_scenario_in_spec_order(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, "hello there")
+        assert [describe(e) for e in task_events(stream, task_id)] == DEFAULT_ORDER
+
+
+@pytest.mark.parametrize("text", sorted(SCENARIO_ORDERS))
+def test_scenario_order(gateway, text):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, text)
+        assert [describe(e) for e in task_events(stream, task_id)] == SCENARIO_ORDERS[text]
+
+
+def test_tools_scenario_refused_tool(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, "/scenario tools n=2")
+        frames = [item(e).frame for e in task_events(stream, task_id) if describe(e) == "artifact"]
+    assert frames[0]["isError"] is False and frames[0]["exitCode"] == 0
+    assert frames[0]["fenceSource"] == "tool:bash"
+    assert frames[1] == {"frame": "artifact", "toolName": "no-such-tool",
+                         "content": "tool 'no-such-tool' is not declared in manifest allowlist",
+                         "fenceSource": None, "toolCallId": "toolu_02", "isError": True,
+                         "durationMs": 0, "exitCode": None, "truncated": False, "attachments": []}
+
+
+def test_input_scenario_resumes_with_reply(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, "/scenario input prompt=Which?")
+        seen = stream.read_until(lambda e: describe(e).startswith("input_required"))
+        assert describe(seen[-1]) == "input_required:Which?"
+        status, _, body = rpc(gateway.port, "SendMessage", user_message("README.md", taskId=task_id))
+        assert body["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING"
+        rest = [describe(e) for e in task_events(stream, task_id)]
+    assert rest[0] == "working:resumed"
+    assert rest[-2:] == ["artifactUpdate", "completed:task completed"]
+
+
+def test_timeout_and_maxturns_fail(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        timeout_id = send(gateway.port, "/scenario timeout")
+        assert describe(task_events(stream, timeout_id)[-1]) == "failed:input-timeout"
+        maxturns_id = send(gateway.port, "/scenario maxturns")
+        last = describe(task_events(stream, maxturns_id)[-1])
+    assert last.startswith("failed:max_turns exceeded") and "inference.max_turns" in last
+
+
+def test_final_status_equals_get_task(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, "quick")
+        final = item(task_events(stream, task_id)[-1]).body["status"]
+    _, _, body = rpc(gateway.port, "GetTask", {"id": task_id})
+    assert body["result"]["status"] == final
+    assert body["result"]["artifacts"][0]["name"] == "response"
+
+
+def test_ids_contiguous_across_concurrent_tasks(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        ids = [send(gateway.port, f"/scenario burst n={n}") for n in (30, 40, 50)]
+        ended, seen = set(), []
+        for event in stream.events():
+            if event.id is None:
+                assert item(event).frame["frame"] in ("gap", "connection-ack")
+                continue
+            seen.append(event.id)
+            if is_terminal_event(event):
+                ended.add(task_id_of(event))
+            if set(ids) <= ended:
+                break
+    assert seen == list(range(seen[0], seen[0] + len(seen)))
+
+
+def test_replay_tables(tmp_path):
+    """Each row of the spec's replay table on a fresh session: empty, never issued, evicted, normal."""
+    with running_gateway(tmp_path=tmp_path) as gw:
+        with watch(gw.port, last_event_id="5") as stream:  # empty buffer: nothing, no gap
+            send(gw.port, "/scenario burst n=3")
+            first = stream.next()
+            assert first.id == 1
+        with watch(gw.port) as stream:  # absent: from 0, every event from id 1
+            events = stream.read_until(is_terminal_event)
+            assert [e.id for e in events] == list(range(1, 8))
+        with watch(gw.port, last_event_id="not-a-number") as stream:  # from 0 too
+            assert stream.next().id == 1
+        with watch(gw.port, last_event_id="4") as stream:  # normal: ids above 4
+            assert [e.id for e in stream.read_until(is_terminal_event)] == [5, 6, 7]
+        with watch(gw.port, last_event_id="8") as stream:  # never issued: gap naming oldest, all
+            gap = stream.next()
+            assert item(gap).frame == {"frame": "gap", "firstAvailableId": 1} and gap.id is None
+            assert stream.next().id == 1
+        with watch(gw.port, last_event_id="7") as stream:
+            send(gw.port, "/scenario burst n=700")  # 704 more events: 1..199 evicted
+            stream.read_until(lambda e: e.id == 711)
+        with watch(gw.port, last_event_id="100") as stream:  # evicted: gap, then the buffer
+            gap = stream.next()
+            oldest = item(gap).frame["firstAvailableId"]
+            assert oldest == 711 - 512 + 1
+            ids = [e.id for e in stream.read_until(lambda e: e.id == 711)]
+            assert ids == list(range(oldest, 712))
+        with watch(gw.port, last_event_id=str(oldest - 1)) as stream:  # exactly at the edge: no gap
+            assert stream.next().id == oldest
+
+
+def test_lagged_reader_keeps_connection_while_other_loses_nothing(tmp_path):
+    with running_gateway(tmp_path=tmp_path, workers=1) as gw:
+        slow = watch(gw.port, last_event_id=str(2**40), rcvbuf=4096)
+        fast = watch(gw.port, last_event_id=str(2**40))
+        try:
+            task_id = send(gw.port, "/scenario burst n=3000")
+            fast_events = task_events(fast, task_id)
+            assert [e.id for e in fast_events] == list(range(fast_events[0].id, fast_events[0].id + 3004))
+            slow_events = list(slow.read_until(is_terminal_event))
+            lagged = [item(e).frame for e in slow_events if item(e).frame and item(e).frame["frame"] == "lagged"]
+            assert lagged and all(f["missed"] >= 1 for f in lagged)
+            numbered = [e.id for e in slow_events if e.id is not None]
+            assert numbered == sorted(set(numbered))
+            assert len(numbered) + sum(f["missed"] for f in lagged) == 3004
+        finally:
+            slow.close()
+            fast.close()
+        assert "SSE broadcast lagged by" in gw.stderr()
+
+
+def test_heartbeat_cadence_never_reset_by_events(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        opened = time.monotonic()
+        send(gateway.port, "/scenario slow turns=8 delay=0.1")
+        beats = []
+        for event in stream.events(heartbeats=True):
+            if event.data is None:
+                assert event.comments == ("heartbeat",)
+                beats.append(time.monotonic() - opened)
+                if len(beats) == 4:
+                    break
+    # due at open + k x 0.3 s: each heartbeat lands in its own period, however many events came
+    assert [round(b / 0.3) for b in beats] == [1, 2, 3, 4]
+
+
+def test_heartbeat_alone_while_quiet(gateway):
+    with watch(gateway.port, last_event_id=str(2**40)) as stream:
+        task_id = send(gateway.port, "/scenario quiet seconds=1")
+        kinds = []
+        for event in stream.events(heartbeats=True):
+            if event.data is None:
+                kinds.append("hb")
+            elif task_id_of(event) == task_id:
+                kinds.append(describe(event))
+                if is_terminal_event(event):
+                    break
+    assert kinds[0] == "working:inference turn 1"
+    assert kinds[1:3] == ["hb", "hb"]
+    assert kinds[-3:] == ["text!:Quiet work finished.", "artifactUpdate", "completed:task completed"]
+
+
+def test_stop_session_sends_capsule_closed(tmp_path):
+    with running_gateway(tmp_path=tmp_path) as gw:
+        queued = [send(gw.port, "/scenario slow turns=3 delay=5") for _ in range(1)]
+        with watch(gw.port) as stream:
+            status, _, body = rpc(gw.port, "murmur.StopSession", {})
+            assert status == 200 and body["result"] == {}
+            events = list(stream.events())
+            assert stream.ended
+        assert item(events[-1]).frame == {"frame": "capsule-closed"}
+        assert describe(events[-2]) == "canceled:task canceled"
+        _, _, body = rpc(gw.port, "SendMessage", user_message("after"))
+        assert body["result"]["task"]["status"]["message"]["parts"][0]["text"] == \
+            "task rejected: the session is closing"
+        with watch(gw.port) as stream:  # a new watcher: ack, replay, capsule-closed
+            events = list(stream.events())
+        assert item(events[-1]).frame == {"frame": "capsule-closed"}
+        assert queued
+
+
+def test_killed_worker_is_replaced_while_other_streams_continue(tmp_path):
+    with running_gateway(tmp_path=tmp_path, workers=2) as gw:
+        streams = [watch(gw.port, last_event_id=str(2**40)) for _ in range(6)]
+        try:
+            before = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="2 workers")
+            os.kill(before[0], signal.SIGKILL)
+            after = wait_for(lambda: gw.worker_pids().get(0) != before[0] and gw.worker_pids(),
+                             what="the replacement worker")
+            assert after[0] != before[0] and after[1] == before[1]
+            task_id = send(gw.port, "/scenario burst n=20")
+            alive = 0
+            for stream in streams:
+                try:
+                    events = task_events(stream, task_id)
+                except (AssertionError, OSError):
+                    continue  # this one was on the killed worker
+                alive += 1
+                assert [e.id for e in events] == list(range(events[0].id, events[0].id + 24))
+            assert alive >= 1
+            for _ in range(4):  # new connections are served, whichever worker takes them
+                with watch(gw.port) as fresh:
+                    assert fresh.next() is not None
+        finally:
+            for stream in streams:
+                stream.close()
+        assert "worker died; replacing it" in gw.stderr()
+
+
+def test_sigterm_leaves_no_process_and_no_shm(tmp_path):
+    before = set(os.listdir("/dev/shm"))
+    with running_gateway(tmp_path=tmp_path) as gw:
+        stream = watch(gw.port)
+        children = gw.children()
+        assert len(children) >= 3
+        started = time.monotonic()
+        assert gw.stop() == 0
+        assert time.monotonic() - started < 5
+        try:
+            assert list(stream.events()) == []  # the stream was ended by the drain
+        except OSError:
+            pass  # or the connection was closed under it
+        stream.close()
+        for pid in children:
+            assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
+    assert set(os.listdir("/dev/shm")) - before == set()
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[1].split()[0] == "Z"
+    except OSError:
+        return True
