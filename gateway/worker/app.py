@@ -249,13 +249,14 @@ class RpcEndpoint:
         activated = activation.connection_activated(method, ext_values)
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
             params.get("message") if isinstance(params.get("message"), dict) else {})
-        self.hub.sync()  # note the ring head before the task is read: nothing is lost between
+        self.hub.sync()
+        noted = self.hub.head  # noted before the task is read, so no event is lost in between
         parts: list[bytes] = []
         if method == WATCH_SESSION:
             stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
                             counters=self.counters, control=self.control)
             parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
-            ended = self._open_replay(stream, scope, parts, watch=True)
+            ended = self._open_replay(stream, scope, parts, noted, watch=True)
         else:
             who = caller.params()
             if method == SEND_STREAMING_MESSAGE:
@@ -272,13 +273,14 @@ class RpcEndpoint:
                             counters=self.counters, control=self.control, task=task,
                             activated=activated)
             parts.append(stream.unnumbered(events.task_event(answer["task"])))
-            ended = self._open_replay(stream, scope, parts, watch=False)
+            ended = self._open_replay(stream, scope, parts, noted, watch=False)
         await self._start(send, method, activated, door_used)
         await stream.serve(b"".join(parts), ended)
 
-    def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], watch: bool) -> bool:
+    def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], noted: int,
+                     watch: bool) -> bool:
         plan = self._replay_plan(scope, watch)
-        stream.cursor = self.hub.head
+        stream.cursor = noted
         if plan.after is None:
             self.counters.add("replays", label="none")
             return False
