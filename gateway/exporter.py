@@ -5,13 +5,14 @@ Scrapes run here, never in a worker, so a scrape never steals a worker's CPU.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from multiprocessing.connection import Connection
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from gateway import control_words, metrics
+from gateway import control_words, metrics, procstat
 from shm import CounterBlocks, Ring
 
 
@@ -21,12 +22,29 @@ class GatewayCollector:
 
     def collect(self):
         words = self.ring.control
+        yield from self._processes()
         yield from metrics.families(metrics.totals(self.blocks), [
             ("ring_head_id", "Id of the newest event in the ring.", self.ring.head),
             ("ring_oldest_id", "Id of the oldest event still in the ring (replay buffer).", self.ring.oldest),
             ("upstream_connected", "1 while the capsule (embedded or upstream) is connected.",
              1 if words[control_words.UPSTREAM_CONNECTED] else 0),
         ])
+
+
+    def _processes(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        cpu = CounterMetricFamily(metrics.PREFIX + "process_cpu_seconds",
+                                  "CPU seconds each gateway process used.", labels=["process"])
+        rss = GaugeMetricFamily(metrics.PREFIX + "process_resident_memory_bytes",
+                                "Resident memory of each gateway process.", labels=["process"])
+        for label, pid in metrics.pids(self.blocks) + [("exporter", os.getpid())]:
+            found = procstat.cpu_and_rss(pid)
+            if found is not None:
+                cpu.add_metric([label], found[0])
+                rss.add_metric([label], found[1])
+        yield cpu
+        yield rss
 
 
 def main(host: str, port: int, ring_name: str, counters_name: str, ready: Connection) -> None:

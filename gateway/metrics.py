@@ -12,6 +12,7 @@ counters stay monotonic, and then cleared.
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 from shm import CounterBlocks
@@ -38,6 +39,7 @@ COUNTERS = {
     "heartbeats": ("counter", "Heartbeats written.", None, ()),
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests answered with an HTTP or JSON-RPC refusal.", None, ()),
+    "pid": ("pid", "The block owner's process id (read by the exporter, not exported).", None, ()),
 }
 HISTOGRAMS = {
     "reader_lag_events": ("How many events behind the ring head a connection was at each write.",
@@ -64,6 +66,23 @@ OFFSETS, WORDS = _layout()
 SEQUENCER_BLOCK, SUPERVISOR_BLOCK, FIRST_WORKER_BLOCK = 0, 1, 2
 
 
+def block_index(role: str, worker: int = 0) -> int:
+    return {"sequencer": SEQUENCER_BLOCK, "supervisor": SUPERVISOR_BLOCK}.get(role, FIRST_WORKER_BLOCK + worker)
+
+
+def block_name(index: int) -> str:
+    """The `process` label of a block's owner."""
+    return {SEQUENCER_BLOCK: "sequencer", SUPERVISOR_BLOCK: "supervisor"}.get(
+        index, f"worker-{index - FIRST_WORKER_BLOCK}")
+
+
+def pids(blocks: CounterBlocks) -> list[tuple[str, int]]:
+    """(process label, pid) of every block whose owner recorded its pid."""
+    offset = OFFSETS[("pid", "")]
+    return [(block_name(b), blocks.block(b)[offset]) for b in range(blocks.blocks)
+            if blocks.block(b)[offset]]
+
+
 class Counters:
     """One process's block: plain adds, no locks."""
 
@@ -73,9 +92,10 @@ class Counters:
 
     @classmethod
     def attach(cls, name: str, role: str, worker: int) -> "Counters":
-        index = {"sequencer": SEQUENCER_BLOCK, "supervisor": SUPERVISOR_BLOCK}.get(
-            role, FIRST_WORKER_BLOCK + worker)
-        return cls(CounterBlocks.attach(name), index)
+        """Attach to this process's block and record its pid there for the exporter."""
+        counters = cls(CounterBlocks.attach(name), block_index(role, worker))
+        counters.words[OFFSETS[("pid", "")]] = os.getpid()
+        return counters
 
     def add(self, name: str, n: int = 1, label: str = "") -> None:
         self.words[OFFSETS[(name, label)]] += n
@@ -108,7 +128,7 @@ def retire_worker(blocks: CounterBlocks, worker: int) -> None:
     Gauges (open connections) are not folded: the dead worker's connections are gone.
     """
     dead, keep = blocks.block(FIRST_WORKER_BLOCK + worker), blocks.block(SUPERVISOR_BLOCK)
-    gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k == "gauge"
+    gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k in ("gauge", "pid")
               for v in vals or ("",)}
     for i in range(WORDS):
         if i not in gauges:
@@ -132,6 +152,8 @@ def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
                                         HistogramMetricFamily)
 
     for name, (kind, help_text, label, values) in COUNTERS.items():
+        if kind == "pid":
+            continue
         family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         family = family_cls(PREFIX + name, help_text, labels=[label] if label else [])
         for value in values or ("",):

@@ -58,6 +58,7 @@ class Supervisor:
         self.ring = Ring.create(base + "-ring")
         self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
         self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
+        self.counters.add("pid", os.getpid())
         self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
         self.listener = listening_socket(*config.bind)
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]

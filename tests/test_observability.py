@@ -1,0 +1,207 @@
+"""Metrics, the Grafana dashboard against a real Prometheus, the Dockerfile, and the logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+import orjson
+import pytest
+
+from support import ROOT, SSEStream, rpc, running_gateway, user_message, wait_for
+
+DASHBOARD = os.path.join(ROOT, "grafana", "dashboards", "murmur-gateway.json")
+DATASOURCE = os.path.join(ROOT, "grafana", "provisioning", "datasources", "prometheus.yaml")
+PROMETHEUS_YML = os.path.join(ROOT, "grafana", "prometheus.yml")
+# INTERFACES.md "Metrics": the series every gateway serves from start-up.
+REQUIRED = [
+    "murgw_connections_open", "murgw_events_written_total", "murgw_events_delivered_total",
+    "murgw_reader_lag_events_bucket", "murgw_events_lost_to_lag_total", "murgw_lagged_frames_total",
+    "murgw_heartbeat_jitter_seconds_bucket", "murgw_replays_total", "murgw_ring_head_id",
+    "murgw_ring_oldest_id", "murgw_upstream_connected",
+]
+GRAFANA_MACROS = {"$__rate_interval": "10s", "$__interval": "5s", "$__range": "1m"}
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def series(samples: dict, metric: str) -> dict[str, float]:
+    return {k: v for k, v in samples.items() if k == metric or k.startswith(metric + "{")}
+
+
+def panels() -> list[dict]:
+    def walk(items):
+        for panel in items:
+            yield panel
+            yield from walk(panel.get("panels", []))
+
+    with open(DASHBOARD) as fh:
+        return list(walk(json.load(fh)["panels"]))
+
+
+def expressions() -> list[tuple[str, str]]:
+    out = []
+    for panel in panels():
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for macro, value in GRAFANA_MACROS.items():
+                expr = expr.replace(macro, value)
+            out.append((panel["title"], expr))
+    return out
+
+
+def test_every_series_exists_at_zero_from_start(tmp_path):
+    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        samples = scrape(gw.metrics_port)
+    for metric in REQUIRED:
+        assert series(samples, metric), metric
+    for endpoint in ("murmur.WatchSession", "SendStreamingMessage", "SubscribeToTask"):
+        assert samples[f'murgw_connections_open{{endpoint="{endpoint}"}}'] == 0
+        assert samples[f'murgw_events_lost_to_lag_total{{endpoint="{endpoint}"}}'] == 0
+    assert samples["murgw_upstream_connected"] == 1
+    assert samples['murgw_process_resident_memory_bytes{process="worker-1"}'] > 0
+
+
+def test_metrics_follow_real_traffic(tmp_path):
+    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        with SSEStream(gw.port, "murmur.WatchSession", {}) as watcher:
+            rpc(gw.port, "SendMessage", user_message("/scenario burst n=20"))
+            events = watcher.read_until(lambda e: e.id == 24)
+            samples = wait_for(lambda: (s := scrape(gw.metrics_port))[
+                'murgw_events_delivered_total{endpoint="murmur.WatchSession"}'] >= 24 and s,
+                what="deliveries counted")
+            assert samples['murgw_connections_open{endpoint="murmur.WatchSession"}'] == 1
+        assert samples["murgw_events_written_total"] == samples["murgw_ring_head_id"] == 24
+        assert samples['murgw_replays_total{outcome="none"}'] == 1  # the buffer was empty at open
+        assert samples['murgw_reader_lag_events_count{endpoint="murmur.WatchSession"}'] >= 1
+        assert len([e for e in events if e.id]) == 24
+        closed = wait_for(lambda: (s := scrape(gw.metrics_port))[
+            'murgw_connections_open{endpoint="murmur.WatchSession"}'] == 0 and s, what="close counted")
+        assert closed['murgw_connections_total{endpoint="murmur.WatchSession"}'] == 1
+
+
+def test_dashboard_is_provisionable_and_uses_served_metrics(tmp_path):
+    with open(DATASOURCE) as fh:
+        uid = re.search(r"uid:\s*(\S+)", fh.read()).group(1)
+    raw = open(DASHBOARD).read()
+    assert "${DS_" not in raw and "__inputs" not in raw
+    ids = [p["id"] for p in panels()]
+    assert len(ids) == len(set(ids))
+    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        served = {re.sub(r"\{.*", "", name) for name in scrape(gw.metrics_port)}
+    for panel in panels():
+        assert panel["datasource"]["uid"] == uid, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == uid
+            for name in re.findall(r"murgw_[a-z_]+", target["expr"]):
+                assert name in served, f"{panel['title']}: {name} is not served"
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed; .ci/run installs Debian's prometheus package")
+        pytest.skip(f"{name} not installed (Debian package prometheus); CI installs it")
+    return path
+
+
+def test_promtool_accepts_the_shipped_config():
+    result = subprocess.run([_tool("promtool"), "check", "config", PROMETHEUS_YML],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def query(port: int, expr: str) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    return orjson.loads(urllib.request.urlopen(url, timeout=5).read())
+
+
+def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
+    prometheus = _tool("prometheus")
+    with running_gateway("--sim-load", "100", metrics=True, tmp_path=tmp_path) as gw:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n  - job_name: murmur-gateway\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{gw.metrics_port}']}}]\n")
+        port = free_port()
+        proc = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        watchers = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(3)]
+        stalled = SSEStream(gw.port, "murmur.WatchSession", {}, rcvbuf=4096)  # never read
+        try:
+            for watcher in watchers[1:]:
+                watcher.next()
+            rpc(gw.port, "SendMessage", user_message("/scenario burst n=3000"))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # keep two watchers reading while samples accrue
+                for watcher in watchers[1:]:
+                    watcher.next()
+                try:
+                    up = query(port, "count_over_time(up[1m])")["data"]["result"]
+                except OSError:
+                    continue
+                if up and float(up[0]["value"][1]) >= 8:
+                    break
+            results = {}
+            for title, expr in expressions():
+                answer = query(port, expr)
+                assert answer["status"] == "success", (title, expr, answer)
+                results[(title, expr)] = answer["data"]["result"]
+            empty = [key for key, result in results.items() if not result]
+            assert not empty, f"panels with no data: {empty}"
+            lost = query(port, "sum(murgw_events_lost_to_lag_total)")["data"]["result"]
+            assert float(lost[0]["value"][1]) > 0, "the stalled watcher was never lagged"
+        finally:
+            for stream in (*watchers, stalled):
+                stream.http.close()
+            proc.terminate()
+            proc.wait(10)
+
+
+def test_dockerfile_properties():
+    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    froms = [line for line in lines if line.startswith("FROM ")]
+    assert len(froms) >= 2 and all("slim" in line for line in froms)
+    user = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert user and user[-1] not in ("root", "0")
+    expose = " ".join(line for line in lines if line.startswith("EXPOSE "))
+    assert "52222" in expose and "9464" in expose
+    healthcheck = " ".join(lines[i] + lines[i + 1] for i, line in enumerate(lines) if line.startswith("HEALTHCHECK"))
+    assert "/readyz" in healthcheck
+    assert "MUR_GATEWAY_BIND=0.0.0.0:52222" in text and "MUR_GATEWAY_METRICS_BIND=0.0.0.0:9464" in text
+    assert "--shm-size" in text
+
+
+def test_every_process_logs_json_lines(tmp_path):
+    with running_gateway(tmp_path=tmp_path) as gw:
+        wait_for(lambda: len(gw.worker_pids()) == 2, what="both workers")
+    lines = [line for line in gw.stderr().splitlines() if line.strip()]
+    records = [orjson.loads(line) for line in lines]
+    assert {r["role"] for r in records} >= {"supervisor", "sequencer", "worker"}
+    assert all({"ts", "level", "role", "pid", "event"} <= r.keys() for r in records)
