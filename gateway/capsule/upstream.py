@@ -1,0 +1,298 @@
+"""Upstream mode: the gateway in front of a real capsule (or another gateway).
+
+The sequencer holds **one** `murmur.WatchSession` to the upstream and adopts its event ids
+verbatim, so every replica in front of one capsule numbers every event alike and a client can
+resume on any replica. The `result` bytes go into the ring as they came (only the plain form of
+an annotated status is re-encoded). Control methods are forwarded; a SendStreamingMessage is
+forwarded as the SendMessage that takes the message (its answer is the opening task), and the
+stream itself is served from the ring.
+
+What watchers see of upstream trouble:
+- a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID);
+- a break it does not cover (the upstream answers with a `gap` past our last id): the ids in
+  between are missing from the ring, so every stream crossing them writes a `lagged` frame
+  naming them (a task stream checks its task at its heartbeats, as after any loss);
+- a new upstream session (the upstream writes an id at or below our last one: a replay after
+  our Last-Event-ID never does, so its ids restarted):
+  a new gateway session: the ring is reset (new epoch), watchers get `capsule-closed`, and a
+  reconnect with an old Last-Event-ID is answered by the spec's replay table. A restarted
+  upstream that has already written more events than our last id cannot be told apart from
+  the same session (the protocol carries no session identity): the spec's own limit.
+- the upstream's `capsule-closed` closes the gateway's session the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import random
+from typing import TYPE_CHECKING
+
+import orjson
+
+from gateway import control_words, logs, records
+from gateway.capsule.client import Connection, UpstreamError, request
+from gateway.protocol import states
+from gateway.protocol.errors import (ERRORS, INTERNAL_ERROR, TASK_NOT_FOUND, UNSUPPORTED_OPERATION,
+                                     RpcError)
+from gateway.protocol.parser import SSEParser, read_stream_response
+from gateway.protocol.uris import STREAM_URI
+
+if TYPE_CHECKING:
+    from gateway.sequencer import Sequencer
+
+LINK_RPC_ID = 0
+LINK_PREFIX = b'{"jsonrpc":"2.0","id":0,"result":'
+BACKOFF_FIRST, BACKOFF_CAP = 0.1, 5.0
+ATTACHMENT_CACHE_BYTES = 32 << 20
+CARD_SECONDS = 30.0
+KNOWN_STATES = frozenset(state for state, _word in states.STATES)
+
+
+class KnownTask:
+    __slots__ = ("key", "owner", "state")
+
+    def __init__(self, key: int, owner: str | None):
+        self.key, self.owner, self.state = key, owner, None
+
+
+class UpstreamCapsule:
+    """The capsule side of the sequencer when `--upstream` is set."""
+
+    def __init__(self, sequencer: "Sequencer", url: str, token: str | None):
+        self.sequencer = sequencer
+        self.url = url
+        self.token = token
+        self.tasks: dict[str, KnownTask] = {}
+        self._keys = 0
+        self.last_id = 0
+        self.conversation_mode = "stateless"
+        self.closed = False
+        self._attachments: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
+        self._attachment_bytes = 0
+        self._card: tuple[float, dict] | None = None
+        self.log = logs.get("upstream")
+
+    # --- the one upstream stream ---
+
+    def headers(self, extra: list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+        headers = [("Content-Type", "application/json"), ("A2A-Version", "1.0"), *extra]
+        if self.token:
+            headers.append(("Authorization", f"Bearer {self.token}"))
+        return headers
+
+    async def run(self) -> None:
+        """Hold the WatchSession forever, reconnecting with capped, jittered backoff."""
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                await self._follow()
+                delay = BACKOFF_FIRST
+            except (UpstreamError, ValueError) as exc:
+                self.log.warning("upstream stream lost", error=str(exc), last_id=self.last_id)
+            self._set_connected(False)
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(BACKOFF_CAP, delay * 2)
+
+    def _set_connected(self, up: bool) -> None:
+        self.sequencer.ring.control[control_words.UPSTREAM_CONNECTED] = 1 if up else 0
+
+    async def _follow(self) -> None:
+        conn = Connection(self.url)
+        body = orjson.dumps({"jsonrpc": "2.0", "id": LINK_RPC_ID, "method": "murmur.WatchSession", "params": {}})
+        try:
+            head = await conn.open("POST", "/", self.headers([("Last-Event-ID", str(self.last_id))]), body)
+            if head.status_code != 200:
+                raise UpstreamError(f"the upstream answered WatchSession with HTTP {head.status_code}")
+            parser = SSEParser()
+            async for chunk in conn.chunks():
+                for event in parser.feed(chunk):
+                    if event.data is not None:
+                        self._take(event.id, event.data.encode())
+        finally:
+            conn.close()
+
+    def _take(self, event_id: int | None, data: bytes) -> None:
+        _, item, error = read_stream_response(data)
+        if error is not None:
+            raise UpstreamError(f"the upstream refused the WatchSession: {error.get('message')}")
+        if event_id is None:
+            self._take_unnumbered(item)
+            return
+        if event_id <= self.last_id:  # a replay after our last id never holds it: ids restarted
+            self._new_session()
+        full = data[len(LINK_PREFIX):-1] if data.startswith(LINK_PREFIX) and data.endswith(b"}") else \
+            orjson.dumps(orjson.loads(data)["result"])
+        key, meta, plain = self._classify(item)
+        self.sequencer.append_raw(event_id, key, meta, full, plain)
+        self.last_id = event_id
+
+    def _take_unnumbered(self, item) -> None:
+        frame = item.frame if item is not None else None
+        name = frame.get("frame") if frame else None
+        if name == "connection-ack":
+            self.conversation_mode = frame.get("conversationMode", "stateless")
+            self._set_connected(True)
+            self.log.info("upstream stream open", url=self.url, last_id=self.last_id)
+        elif name == "capsule-closed":
+            if not self.closed:
+                self.closed = True
+                self.sequencer.close_session()
+
+    def _new_session(self) -> None:
+        """The upstream's ids restarted: a new gateway session."""
+        self.log.warning("upstream started a new session; starting a new gateway session",
+                         last_id=self.last_id)
+        self.tasks.clear()
+        self.last_id = 0
+        self.closed = False
+        self.sequencer.new_session()
+
+    def _key(self, task_id: str, owner: str | None = None) -> KnownTask:
+        known = self.tasks.get(task_id)
+        if known is None:
+            self._keys += 1
+            known = self.tasks[task_id] = KnownTask(self._keys, owner)
+        return known
+
+    def _classify(self, item) -> tuple[int, int, bytes | None]:
+        """(task key, meta, plain form or None) of one upstream event."""
+        if item is None:  # a member we do not know: watchers only
+            return 0, records.FRAME, None
+        if item.kind not in ("statusUpdate", "artifactUpdate"):
+            return 0, records.FRAME, None
+        known = self._key(item.body.get("taskId", ""))
+        if item.frame is not None:
+            return known.key, records.make_meta(known.state, records.FRAME), None
+        if item.kind == "artifactUpdate":
+            return known.key, records.make_meta(known.state, 0), None
+        state = item.body.get("status", {}).get("state")
+        known.state = state if state in KNOWN_STATES else known.state
+        flags = records.STATUS
+        if state in states.TERMINAL_STATES:
+            flags |= records.TERMINAL
+        elif state == states.INPUT_REQUIRED:
+            flags |= records.INPUT_REQUIRED
+        plain = None
+        metadata = item.body.get("metadata")
+        if isinstance(metadata, dict) and STREAM_URI in metadata:
+            stripped = {k: v for k, v in item.body.items() if k != "metadata"}
+            rest = {k: v for k, v in metadata.items() if k != STREAM_URI}
+            if rest:
+                stripped["metadata"] = rest
+            plain = orjson.dumps({"statusUpdate": stripped})
+        return known.key, records.make_meta(known.state, flags), plain
+
+    # --- forwarded control calls ---
+
+    async def call(self, method: str, params: dict) -> object:
+        body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        try:
+            status, _, payload = await request(self.url, "POST", "/", self.headers(), body)
+        except UpstreamError as exc:
+            raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+        try:
+            answer = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with HTTP {status} "
+                                           "and no JSON-RPC body") from None
+        if "error" in answer:
+            error = answer["error"]
+            code = error.get("code")
+            raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
+        return answer.get("result")
+
+    def _visible(self, task_id: object, p: dict) -> KnownTask | None:
+        """The task's record, or -32001 when the caller does not see it (no existence leak)."""
+        if not isinstance(task_id, str):
+            return None
+        known = self.tasks.get(task_id)
+        if not p.get("sees_all", True) and (known is None or known.owner != p.get("owner")):
+            raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
+        return known
+
+    async def op_send(self, p: dict) -> dict:
+        params = p.get("params") or {}
+        message = params.get("message") if isinstance(params, dict) else None
+        if isinstance(message, dict) and message.get("taskId") is not None:
+            self._visible(message.get("taskId"), p)
+        result = await self.call("SendMessage", params)
+        task = result.get("task") if isinstance(result, dict) else None
+        if not isinstance(task, dict):
+            raise RpcError(INTERNAL_ERROR, "the upstream answered SendMessage without a task")
+        if task.get("status", {}).get("state") == states.REJECTED:
+            return {"rejected": task}
+        known = self._key(task["id"], p.get("owner"))
+        return {"task": task, "key": known.key}
+
+    async def op_get(self, p: dict) -> dict:
+        known = self._visible(p.get("id"), p)
+        task = await self.call("GetTask", {"id": p.get("id")})
+        return {"task": task, "key": (known or self._key(task["id"])).key}
+
+    async def op_subscribe(self, p: dict) -> dict:
+        found = await self.op_get(p)
+        if found["task"]["status"]["state"] in states.TERMINAL_STATES:
+            raise RpcError(UNSUPPORTED_OPERATION, f"task {p.get('id')} has ended")
+        return found
+
+    async def op_list(self, p: dict) -> dict:
+        result = await self.call("ListTasks", p.get("params") or {})
+        if not p.get("sees_all", True) and isinstance(result, dict):
+            mine = [t for t in result.get("tasks", []) if getattr(self.tasks.get(t.get("id")), "owner", None)
+                    == p.get("owner")]
+            result = {**result, "tasks": mine, "totalSize": len(mine)}
+        return result
+
+    async def op_cancel(self, p: dict) -> dict:
+        self._visible(p.get("id"), p)
+        return await self.call("CancelTask", {"id": p.get("id")})
+
+    async def op_stop(self, p: dict) -> dict:
+        await self.call("murmur.StopSession", {})
+        return {}
+
+    async def op_attachment(self, p: dict) -> dict | None:
+        try:
+            self._visible(p.get("task_id"), p)
+        except RpcError:
+            return None
+        sha = str(p.get("sha256"))
+        cached = self._attachments.get(sha)
+        if cached is None:
+            try:
+                status, headers, body = await request(
+                    self.url, "GET", f"/attachments/{p.get('task_id')}/{sha}", self.headers())
+            except UpstreamError:
+                return None
+            if status != 200:
+                return None
+            cached = (headers.get("content-type", "application/octet-stream"), body)
+            self._remember(sha, cached)
+        self._attachments.move_to_end(sha)
+        return {"mediaType": cached[0], "data": base64.b64encode(cached[1]).decode()}
+
+    def _remember(self, sha: str, entry: tuple[str, bytes]) -> None:
+        self._attachments[sha] = entry
+        self._attachment_bytes += len(entry[1])
+        while self._attachment_bytes > ATTACHMENT_CACHE_BYTES and len(self._attachments) > 1:
+            _, (_, old) = self._attachments.popitem(last=False)
+            self._attachment_bytes -= len(old)
+
+    async def op_card(self, p: dict) -> dict:
+        """The upstream's public card (cached briefly); the worker puts its own address in."""
+        now = asyncio.get_running_loop().time()
+        if self._card is None or now - self._card[0] > CARD_SECONDS:
+            try:
+                status, _, body = await request(self.url, "GET", "/.well-known/agent-card.json", [])
+                self._card = (now, orjson.loads(body))
+            except (UpstreamError, orjson.JSONDecodeError) as exc:
+                raise RpcError(INTERNAL_ERROR, f"the upstream's agent card is not available: {exc}") from None
+        return self._card[1]
+
+    async def op_extended_card(self, p: dict) -> dict:
+        return await self.call("GetExtendedAgentCard", {})
+
+    async def op_session(self, p: dict) -> dict:
+        return {"conversation": self.conversation_mode, "closed": self.closed}

@@ -1,0 +1,198 @@
+"""Faults: killed and stopped workers, a dead sequencer, stalled watchers, drain under load."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from support import SSEStream, gone, item, rpc, running_gateway, user_message, wait_for
+
+WATCH = "murmur.WatchSession"
+
+
+class Recorder(threading.Thread):
+    """Reads one watch stream in the background: (monotonic time, id or 'hb' or frame name)."""
+
+    def __init__(self, stream: SSEStream):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.seen: list[tuple[float, object]] = []
+        self.lost = False
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                event = self.stream.next()
+                if event is None:
+                    self.lost = True
+                    return
+                now = time.monotonic()
+                if event.data is None:
+                    self.seen.append((now, "hb"))
+                elif event.id is not None:
+                    self.seen.append((now, event.id))
+                else:
+                    frame = item(event).frame
+                    self.seen.append((now, (frame["frame"], frame.get("missed", frame.get("firstAvailableId")))))
+        except OSError:
+            self.lost = True
+
+    def ids(self) -> list[int]:
+        return [what for _, what in self.seen if isinstance(what, int)]
+
+    def missed(self) -> int:
+        return sum(what[1] for _, what in self.seen if isinstance(what, tuple) and what[0] == "lagged")
+
+
+def ids_explained(recorder: Recorder, first: int = 1) -> None:
+    """Strictly ascending ids from `first` whose holes are all accounted for by lagged frames."""
+    ids = recorder.ids()
+    assert ids == sorted(set(ids))
+    holes = ids[0] - first + sum(b - a - 1 for a, b in zip(ids, ids[1:]))
+    assert holes == recorder.missed(), (holes, recorder.missed())
+
+
+def start_watchers(port: int, n: int, **kw) -> list[Recorder]:
+    recorders = []
+    for _ in range(n):
+        stream = SSEStream(port, WATCH, {}, timeout=30, **kw)
+        recorder = Recorder(stream)
+        recorder.start()
+        recorders.append(recorder)
+    return recorders
+
+
+def stop_all(recorders: list[Recorder]) -> None:
+    for recorder in recorders:
+        recorder.stop.set()
+        recorder.stream.http.close()
+    for recorder in recorders:
+        recorder.join(5)
+
+
+def test_killed_worker_watchers_resume_without_loss(tmp_path):
+    with running_gateway("--sim-load", "100", tmp_path=tmp_path) as gw:
+        workers = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="workers")
+        recorders = start_watchers(gw.port, 12)
+        resumed: list[Recorder] = []
+        try:
+            wait_for(lambda: all(len(r.ids()) > 5 for r in recorders), what="streams flowing")
+            os.kill(workers[0], signal.SIGKILL)
+            wait_for(lambda: any(r.lost for r in recorders), what="the killed worker's streams to end")
+            lost = [r for r in recorders if r.lost]
+            kept = [r for r in recorders if not r.lost]
+            assert lost and kept
+            for r in lost:  # reconnect with the last id each saw: the replay fills the hole
+                stream = SSEStream(gw.port, WATCH, {}, last_event_id=str(r.ids()[-1]), timeout=30)
+                again = Recorder(stream)
+                again.seen = list(r.seen)
+                again.start()
+                resumed.append(again)
+            target = max(r.ids()[-1] for r in kept) + 20
+            wait_for(lambda: all(r.ids() and r.ids()[-1] >= target for r in resumed + kept),
+                     timeout=20, what="every watcher past the same id")
+            for r in resumed + kept:
+                ids = [i for i in r.ids() if i <= target]
+                assert ids == list(range(ids[0], target + 1))  # nothing lost, nothing repeated
+        finally:
+            stop_all(recorders + resumed)
+
+
+def test_stopped_worker_pauses_only_its_watchers(tmp_path):
+    with running_gateway(tmp_path=tmp_path, heartbeat=0.2) as gw:
+        workers = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="workers")
+        recorders = start_watchers(gw.port, 10)
+        try:
+            wait_for(lambda: all(r.seen for r in recorders), what="acks")
+            os.kill(workers[0], signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            try:
+                rpc(gw.port, "SendMessage", user_message("/scenario burst n=300"))
+                time.sleep(2.0)
+            finally:
+                os.kill(workers[0], signal.SIGCONT)
+            resumed_at = time.monotonic()
+            wait_for(lambda: all(r.ids() and r.ids()[-1] >= 304 for r in recorders), timeout=20,
+                     what="every watcher to reach the burst's end")
+        finally:
+            stop_all(recorders)
+        window = (stopped_at + 0.5, resumed_at - 0.1)
+        beats = [sum(1 for t, what in r.seen if what == "hb" and window[0] <= t <= window[1]) for r in recorders]
+        paused = [r for r, n in zip(recorders, beats) if n == 0]
+        running = [r for r, n in zip(recorders, beats) if n > 0]
+        assert paused and running, beats
+        for r in running:  # the other worker's watchers: heartbeats on time, nothing lost
+            assert r.missed() == 0 and r.ids() == list(range(1, 305))
+        for r in paused:  # the stopped worker's: lagged or caught up, every hole explained
+            ids_explained(r)
+            assert r.ids()[-1] == 304
+
+
+def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
+    with running_gateway("--sim-load", "400", "--sim-load-size", "300", workers=1,
+                         tmp_path=tmp_path) as gw:
+        worker = wait_for(lambda: gw.worker_pids().get(0), what="the worker")
+        stalled = [SSEStream(gw.port, WATCH, {}, rcvbuf=4096) for _ in range(40)]
+        readers = start_watchers(gw.port, 3)
+        try:
+            rss_before = _rss(worker)
+            time.sleep(4)
+            rss_after = _rss(worker)
+        finally:
+            stop_all(readers)
+            for stream in stalled:
+                stream.http.close()
+        for r in readers:
+            ids_explained(r)
+            assert r.missed() == 0
+        assert "SSE broadcast lagged by" in gw.stderr()
+        # 40 stalled connections over 1,600 events of ~400 bytes: bounded by socket buffers,
+        # not by the events written (which would be ~25 MB if each were buffered).
+        assert rss_after - rss_before < 20 * 1024 * 1024, (rss_before, rss_after)
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_sequencer_death_ends_the_gateway_cleanly(tmp_path):
+    with running_gateway(tmp_path=tmp_path) as gw:
+        sequencer = next(r["pid"] for r in gw.logs() if r.get("event") == "sequencer ready")
+        recorders = start_watchers(gw.port, 3)
+        try:
+            wait_for(lambda: all(r.seen for r in recorders), what="acks")
+            children = gw.children()
+            os.kill(sequencer, signal.SIGKILL)
+            assert gw.proc.wait(15) == 1
+            wait_for(lambda: all(r.lost for r in recorders), what="streams to end")
+            assert all(not any(w == ("capsule-closed", None) for _, w in r.seen) for r in recorders)
+        finally:
+            stop_all(recorders)
+        wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
+        assert "sequencer exited" in gw.stderr()
+    assert not glob.glob(f"/dev/shm/murgw-{gw.pid}-*")  # nothing of this gateway's is left
+
+
+def test_sigterm_drains_under_load(tmp_path):
+    with running_gateway("--sim-load", "500", tmp_path=tmp_path) as gw:
+        recorders = start_watchers(gw.port, 20)
+        try:
+            wait_for(lambda: all(len(r.ids()) > 3 for r in recorders), what="streams flowing")
+            children = gw.children()
+            started = time.monotonic()
+            gw.proc.send_signal(signal.SIGTERM)
+            assert gw.proc.wait(10) == 0
+            elapsed = time.monotonic() - started
+            wait_for(lambda: all(r.lost for r in recorders), what="every stream closed")
+        finally:
+            stop_all(recorders)
+        assert elapsed < 5, elapsed
+        wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
+    assert not glob.glob(f"/dev/shm/murgw-{gw.pid}-*")  # nothing of this gateway's is left
