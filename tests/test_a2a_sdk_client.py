@@ -165,10 +165,6 @@ async def test_streaming_input_flow_ends_at_input_required_and_reply_resumes(gat
     assert second[-2].artifact_update.artifact.parts[0].text == "notes.txt"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server bug: the opening task of a continued SendStreamingMessage carries the "
-    "'resumed' status message; the spec's status table says TASK_STATE_WORKING has "
-    "'No message on the opening task of a continued task'"))
 async def test_reply_stream_opens_with_working_task_without_message(gateway):
     async with sdk_client(gateway) as client:
         first = await collect(client.send_message(request("/scenario input")))

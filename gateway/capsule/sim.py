@@ -1,7 +1,8 @@
 """The embedded capsule: scenarios that write what a real capsule would, for demos and tests.
 
 A new task's first text chooses its scenario (INTERFACES.md "The embedded capsule's
-scenarios"); anything not starting with ``/scenario `` runs the default script. Every
+scenarios"); anything not starting with ``/scenario `` runs the default script, and a
+``messageId`` starting ``tck-`` runs the A2A TCK's scripts instead (`tck.py`). Every
 scenario writes its events in the spec's "Event order within a task" and ends in exactly one
 terminal status, recorded in the registry before it is written. Turns are numbered across
 every attempt of a task.
@@ -23,6 +24,7 @@ import time
 import zlib
 from typing import Awaitable, Callable, Protocol
 
+from gateway.capsule import tck
 from gateway.capsule.messages import UserMessage
 from gateway.capsule.tasks import Registry, Task
 from gateway.config import Config
@@ -162,8 +164,11 @@ class Attempt:
             await self.frame(events.suggested_prompt_frame("Run the test suite"))
 
     def complete(self, answer: str) -> None:
-        if answer:
-            artifact = events.response_artifact(answer)
+        self.complete_with(events.response_artifact(answer) if answer else None)
+
+    def complete_with(self, artifact: dict | None) -> None:
+        """COMPLETED, after `artifact` (the task's response artifact) when there is one."""
+        if artifact is not None:
             self.task.artifacts = [artifact]
             self.emit.response(self.task, artifact)
         self.emit.status(self.task, states.COMPLETED, states.TASK_COMPLETED)
@@ -171,8 +176,8 @@ class Attempt:
     def fail(self, text: str) -> None:
         self.emit.status(self.task, states.FAILED, text)
 
-    async def wait_for_input(self, prompt: str, timeout: float | None = None) -> str | None:
-        """INPUT_REQUIRED with the prompt; the reply's text, or None when the wait timed out."""
+    async def wait_for_reply(self, prompt: str, timeout: float | None = None) -> UserMessage | None:
+        """INPUT_REQUIRED with the prompt; the reply, or None when the wait timed out."""
         self.task.reply = asyncio.get_running_loop().create_future()
         self.emit.status(self.task, states.INPUT_REQUIRED, prompt)
         try:
@@ -182,6 +187,11 @@ class Attempt:
         finally:
             self.task.reply = None
         return reply  # the sequencer wrote `resumed` when it took the reply
+
+    async def wait_for_input(self, prompt: str, timeout: float | None = None) -> str | None:
+        """The reply's text, or None when the wait timed out."""
+        reply = await self.wait_for_reply(prompt, timeout)
+        return None if reply is None else reply.text
 
 
 Scenario = Callable[[Attempt, dict], Awaitable[None]]
@@ -373,7 +383,7 @@ class EmbeddedCapsule:
     def reply(self, task: Task, message: UserMessage) -> None:
         """Deliver a reply to a task waiting for input."""
         if task.reply is not None and not task.reply.done():
-            task.reply.set_result(message.text)
+            task.reply.set_result(message)
 
     def _start_queued(self) -> None:
         while self._queue and self._running < self.config.lifecycle.max_running_tasks:
@@ -386,9 +396,10 @@ class EmbeddedCapsule:
 
     async def _run(self, task: Task, message: UserMessage) -> None:
         name, options = parse_scenario(message.text)
+        scenario = tck.tck_script if tck.is_tck(message) else SCENARIOS.get(name, default_script)
         attempt = Attempt(self, task, message)
         try:
-            await SCENARIOS.get(name, default_script)(attempt, options)
+            await scenario(attempt, options)
         except asyncio.CancelledError:
             if not task.ended:
                 self.emit.status(task, states.CANCELED, states.TASK_CANCELED)
