@@ -137,6 +137,17 @@ class Attempt:
             await self.frame(events.text_frame(chunk, False))
         return "".join(chunks)
 
+    async def end_of_text(self) -> None:
+        """The turn's `"final":true` empty text frame: the driver returned."""
+        await self.frame(events.text_frame("", True))
+
+    async def answer_turn(self, *chunks: str) -> None:
+        """A last turn that streams its answer, then completes the task with it."""
+        await self.turn()
+        answer = await self.text(*chunks)
+        await self.end_of_text()
+        self.complete(answer)
+
     def call_id(self) -> str:
         self.calls += 1
         return f"toolu_{self.calls:02d}"
@@ -202,11 +213,11 @@ async def default_script(a: Attempt, options: dict) -> None:
     await a.frame(events.thinking_frame("The request names one file; read it first"))
     await a.text("Let me look ", "at that.")
     call_id = await a.tool_call("bash", 24)
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     await a.tool_result(call_id, "bash", "Exit code: 0\nStdout:\nhello\n")
     await a.turn()
     answer = await a.text("Done: ", a.message.text[:200] or "nothing asked")
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     await a.process_reports()
     a.complete(answer)
 
@@ -214,19 +225,19 @@ async def default_script(a: Attempt, options: dict) -> None:
 async def input_script(a: Attempt, options: dict) -> None:
     await a.turn()
     call_id = await a.tool_call("request-input", 32)
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     reply = await a.wait_for_input(options.get("prompt", "Which file?"))
     await a.tool_result(call_id, "request-input", reply or "", exit_code=None)
     await a.turn()
     await a.text(reply)
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     a.complete(reply)
 
 
 async def timeout_script(a: Attempt, options: dict) -> None:
     await a.turn()
     call_id = await a.tool_call("request-input", 32)
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     await a.wait_for_input(options.get("prompt", "Which file?"), INPUT_TIMEOUT)
     await a.tool_result(call_id, "request-input", "request-input timed out", exit_code=None,
                         is_error=True)
@@ -236,7 +247,7 @@ async def timeout_script(a: Attempt, options: dict) -> None:
 async def fail_script(a: Attempt, options: dict) -> None:
     await a.turn()
     await a.text("Starting")
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     a.fail(states.task_failed("driver_error", "simulated driver failure"))
 
 
@@ -247,7 +258,7 @@ async def slow_script(a: Attempt, options: dict) -> None:
         await a.turn()
         await asyncio.sleep(delay)
         answer = await a.text(f"turn {n + 1} done")
-        await a.frame(events.text_frame("", True))
+        await a.end_of_text()
     a.complete(answer)
 
 
@@ -256,17 +267,14 @@ async def reopen_script(a: Attempt, options: dict) -> None:
     limit = a.capsule.config.lifecycle.max_task_reopens
     await a.turn()
     await a.text("First draft")
-    await a.frame(events.text_frame("", True))
+    await a.end_of_text()
     if limit < 1:
         a.fail(f"task not reopened: hook {hook} asked for reopen 1 but "
                f"lifecycle.max_task_reopens is {limit}")
         return
     a.emit.status(a.task, states.WORKING, states.reopened_by_hook(hook), reopen=1)
     await asyncio.sleep(STEP)
-    await a.turn()
-    answer = await a.text("Reviewed answer")
-    await a.frame(events.text_frame("", True))
-    a.complete(answer)
+    await a.answer_turn("Reviewed answer")
 
 
 async def burst_script(a: Attempt, options: dict) -> None:
@@ -290,10 +298,7 @@ async def image_script(a: Attempt, options: dict) -> None:
                                    f"/attachments/{a.task.id}/{sha}")
     await a.tool_result(call_id, "screenshot", "saved shot.png", exit_code=None,
                         attachments=[attachment])
-    await a.turn()
-    answer = await a.text("Took a screenshot.")
-    await a.frame(events.text_frame("", True))
-    a.complete(answer)
+    await a.answer_turn("Took a screenshot.")
 
 
 async def tools_script(a: Attempt, options: dict) -> None:
@@ -311,10 +316,7 @@ async def tools_script(a: Attempt, options: dict) -> None:
                 exit_code=None, truncated=False, attachments=[]))
         else:
             await a.tool_result(call_id, tool, f"Exit code: 0\nStdout:\ncall {i + 1}\n")
-    await a.turn()
-    answer = await a.text(f"Ran {n} tool calls.")
-    await a.frame(events.text_frame("", True))
-    a.complete(answer)
+    await a.answer_turn(f"Ran {n} tool calls.")
 
 
 async def maxturns_script(a: Attempt, options: dict) -> None:

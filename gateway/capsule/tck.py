@@ -57,7 +57,7 @@ def answer(*chunks: str) -> Script:
 
     async def script(a: Attempt, message: UserMessage) -> None:
         text = await a.text(*chunks)
-        await a.frame(events.text_frame("", True))
+        await a.end_of_text()
         a.complete(text)
 
     return script
