@@ -13,8 +13,10 @@ TABLE = [
     (-32603, "InternalError", "INTERNAL_ERROR"),
     (-32001, "TaskNotFoundError", "TASK_NOT_FOUND"),
     (-32002, "TaskNotCancelableError", "TASK_NOT_CANCELABLE"),
+    (-32003, "PushNotificationNotSupportedError", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
     (-32004, "UnsupportedOperationError", "UNSUPPORTED_OPERATION"),
     (-32005, "ContentTypeNotSupportedError", "CONTENT_TYPE_NOT_SUPPORTED"),
+    (-32007, "ExtendedAgentCardNotConfiguredError", "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
     (-32009, "VersionNotSupportedError", "VERSION_NOT_SUPPORTED"),
 ]
 

@@ -20,8 +20,10 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
+PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
+EXTENDED_AGENT_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -42,6 +44,13 @@ ERRORS: dict[int, ErrorKind] = {
     INTERNAL_ERROR: ErrorKind("InternalError", "INTERNAL_ERROR", "internal error"),
     TASK_NOT_FOUND: ErrorKind("TaskNotFoundError", "TASK_NOT_FOUND", "task not found"),
     TASK_NOT_CANCELABLE: ErrorKind("TaskNotCancelableError", "TASK_NOT_CANCELABLE", "task cannot be canceled"),
+    PUSH_NOTIFICATION_NOT_SUPPORTED: ErrorKind(
+        "PushNotificationNotSupportedError", "PUSH_NOTIFICATION_NOT_SUPPORTED", "push notifications are not supported"
+    ),
+    EXTENDED_AGENT_CARD_NOT_CONFIGURED: ErrorKind(
+        "ExtendedAgentCardNotConfiguredError", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        "this door has no extended agent card"
+    ),
     UNSUPPORTED_OPERATION: ErrorKind(
         "UnsupportedOperationError", "UNSUPPORTED_OPERATION", "this operation is not supported"
     ),
