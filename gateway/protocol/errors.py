@@ -47,15 +47,15 @@ ERRORS: dict[int, ErrorKind] = {
     PUSH_NOTIFICATION_NOT_SUPPORTED: ErrorKind(
         "PushNotificationNotSupportedError", "PUSH_NOTIFICATION_NOT_SUPPORTED", "push notifications are not supported"
     ),
-    EXTENDED_AGENT_CARD_NOT_CONFIGURED: ErrorKind(
-        "ExtendedAgentCardNotConfiguredError", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
-        "this door has no extended agent card"
-    ),
     UNSUPPORTED_OPERATION: ErrorKind(
         "UnsupportedOperationError", "UNSUPPORTED_OPERATION", "this operation is not supported"
     ),
     CONTENT_TYPE_NOT_SUPPORTED: ErrorKind(
         "ContentTypeNotSupportedError", "CONTENT_TYPE_NOT_SUPPORTED", "content type not supported"
+    ),
+    EXTENDED_AGENT_CARD_NOT_CONFIGURED: ErrorKind(
+        "ExtendedAgentCardNotConfiguredError", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        "this door has no extended agent card"
     ),
     VERSION_NOT_SUPPORTED: ErrorKind("VersionNotSupportedError", "VERSION_NOT_SUPPORTED", "A2A version not supported"),
 }
