@@ -51,6 +51,18 @@ def parse_positive_float(text: Any) -> float:
     return value
 
 
+# orjson refuses to encode more than 254 levels; a request is re-encoded for the sequencer,
+# and its params travel inside control messages and stream events that add levels of their own.
+MAX_JSON_DEPTH = 200
+
+
+def parse_json_depth(text: Any) -> int:
+    value = parse_positive_int(text)
+    if value > MAX_JSON_DEPTH:
+        raise ValueError(f"must be at most {MAX_JSON_DEPTH}")
+    return value
+
+
 def parse_nonnegative_float(text: Any) -> float:
     value = float(text)
     if not value >= 0 or value == float("inf"):
@@ -107,6 +119,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("log-level", parse_log_level, "info", "LEVEL", "debug, info, warning or error"),
     Option("max-body-bytes", parse_positive_int, 1 << 20, "BYTES",
            "largest JSON-RPC request body accepted (413 beyond)"),
+    Option("max-header-bytes", parse_positive_int, 16384, "BYTES",
+           "largest request head: target plus header names and values (431 beyond)"),
+    Option("max-headers", parse_positive_int, 100, "N", "most request header lines (431 beyond)"),
+    Option("max-json-depth", parse_json_depth, 32, "LEVELS",
+           "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
+    Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
+           "longest JSON-RPC string id (-32600 beyond)"),
+    Option("max-connections", parse_positive_int, 4096, "N",
+           "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
+    Option("header-timeout", parse_positive_float, 10.0, "SECONDS",
+           "a connection that has not sent a whole request head (slow headers, idle keep-alive) "
+           "is closed after this"),
+    Option("body-timeout", parse_positive_float, 30.0, "SECONDS",
+           "a request body not received in full within this is answered 408"),
 )
 
 
@@ -144,6 +170,13 @@ class Config:
     sim_load_size: int = 0
     log_level: str = "info"
     max_body_bytes: int = 1 << 20
+    max_header_bytes: int = 16384
+    max_headers: int = 100
+    max_json_depth: int = 32
+    max_rpc_id_chars: int = 256
+    max_connections: int = 4096
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -258,7 +291,7 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
                 if key in data:
                     raw, origin = data[key], f"config {key}"
         if raw is None:
-            values[opt.attr] = opt.default
+            values[opt.attr] = None if opt.default is None else opt.parse(opt.default)
             continue
         try:
             values[opt.attr] = opt.parse(raw)

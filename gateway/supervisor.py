@@ -34,6 +34,10 @@ READY_TIMEOUT = 30.0
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
+    """The one listening socket every worker accepts on. One shared accept queue, not a
+    SO_REUSEPORT socket per worker: reuseport balances new connections better (20/20 against
+    28/12 measured), but pins 1/N of them to a worker that is stopped or hung, where they wait;
+    a shared queue lets the other workers take them (tests/test_faults.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -272,11 +272,19 @@ def a2a_check(data: str) -> dict:
 
 
 class SSEStream:
-    """An open stream: its head, then its events (heartbeats included), each A2A-checked."""
+    """An open stream: its head, then its events (heartbeats included), each A2A-checked.
+
+    `worker_pid` is the pid of the worker serving it: the connection first asks `/healthz`
+    (which names its worker), then sends the stream request on the same keep-alive connection.
+    """
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
                  rcvbuf: int | None = None, timeout: float = 10.0, **header_options):
         self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout)
+        self.http.send_request("GET", "/healthz")
+        self.http.read_head()
+        self.worker_pid = orjson.loads(self.http.read_body())["pid"]
+        self.http.conn.start_next_cycle()
         self.http.send_request("POST", "/", headers_for(**header_options), rpc_body(method, params, rpc_id))
         self.status = self.http.read_head()
         self.headers = self.http.headers
@@ -312,10 +320,17 @@ class SSEStream:
                 continue
             yield event
 
-    def read_until(self, predicate, *, limit: int = 100_000) -> list[SSEEvent]:
-        """Events (no heartbeats) up to and including the first that satisfies predicate."""
+    def read_until(self, predicate, *, limit: int = 100_000, within: float = 30.0) -> list[SSEEvent]:
+        """Events (no heartbeats) up to and including the first that satisfies predicate.
+
+        Heartbeats keep a socket timeout from firing, so the wait is bounded here instead."""
         seen = []
-        for event in self.events():
+        deadline = time.monotonic() + within
+        for event in self.events(heartbeats=True):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no matching event within {within} s; saw {len(seen)}")
+            if event.data is None:
+                continue
             seen.append(event)
             if predicate(event) or len(seen) >= limit:
                 return seen

@@ -276,26 +276,37 @@ def test_stop_session_sends_capsule_closed(tmp_path):
 
 def test_killed_worker_is_replaced_while_other_streams_continue(tmp_path):
     with running_gateway(tmp_path=tmp_path, workers=2) as gw:
-        streams = [watch(gw.port, last_event_id=str(2**40)) for _ in range(6)]
+        before = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="2 workers")
+        streams = []
         try:
-            before = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="2 workers")
+            for _ in range(40):  # until both workers serve some of them
+                streams.append(watch(gw.port, last_event_id=str(2**40)))
+                if {s.worker_pid for s in streams} == set(before.values()) and len(streams) >= 4:
+                    break
+            victims = [s for s in streams if s.worker_pid == before[0]]
+            survivors = [s for s in streams if s.worker_pid == before[1]]
+            assert victims and survivors
             os.kill(before[0], signal.SIGKILL)
             after = wait_for(lambda: gw.worker_pids().get(0) != before[0] and gw.worker_pids(),
                              what="the replacement worker")
-            assert after[0] != before[0] and after[1] == before[1]
-            task_id = send(gw.port, "/scenario burst n=20")
-            alive = 0
-            for stream in streams:
+            assert after[1] == before[1]
+            for stream in victims:  # the killed worker's connections are gone
                 try:
-                    events = task_events(stream, task_id)
-                except (AssertionError, OSError):
-                    continue  # this one was on the killed worker
-                alive += 1
+                    while stream.next() is not None:
+                        pass
+                except OSError:
+                    pass
+            task_id = send(gw.port, "/scenario burst n=20")
+            for stream in survivors:  # the other worker's streams continue unbroken
+                events = task_events(stream, task_id)
                 assert [e.id for e in events] == list(range(events[0].id, events[0].id + 24))
-            assert alive >= 1
-            for _ in range(4):  # new connections are served, whichever worker takes them
+            served = set()
+            for _ in range(40):  # new connections are served, the new worker among them
                 with watch(gw.port) as fresh:
-                    assert fresh.next() is not None
+                    served.add(fresh.worker_pid)
+                if after[0] in served:
+                    break
+            assert after[0] in served
         finally:
             for stream in streams:
                 stream.close()

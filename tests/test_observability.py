@@ -67,6 +67,7 @@ def expressions() -> list[tuple[str, str]]:
 
 def test_every_series_exists_at_zero_from_start(tmp_path):
     with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        wait_for(lambda: len(gw.worker_pids()) == 2, what="both workers")
         samples = scrape(gw.metrics_port)
     for metric in REQUIRED:
         assert series(samples, metric), metric

@@ -1,28 +1,38 @@
 """The worker's HTTP surface: the door's checks, JSON-RPC dispatch and the stream openings.
 
 `POST /` is a raw ASGI endpoint (streams need one batched send per wake-up, which
-Starlette's StreamingResponse does not give). The order of checks on `POST /`:
-404 (no JSON content type or no body) -> 413 (body too large) -> 401/403 (the door's
-tokens) -> -32700 (not JSON) -> -32600 (not a JSON-RPC request) -> -32009 (A2A-Version) ->
--32601 (method) -> the method's own errors. Every JSON-RPC error is one JSON body with HTTP
-200 (DECISIONS); the door's own refusals carry their HTTP status and a JSON body.
+Starlette's StreamingResponse does not give). Every request first passes `Admission`:
+503 + Retry-After (the worker's open requests at --max-connections) and 431 (more than
+--max-headers lines, or a head over --max-header-bytes). Then, on `POST /`:
+404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
+from the head: the body is then only drained, never parsed -> 413 (body over
+--max-body-bytes) -> 408 (body not in within --body-timeout) -> 404 (empty body) -> -32700
+(not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
+than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
+-32009 (A2A-Version) -> the method's own errors. Every JSON-RPC error is one JSON body with
+HTTP 200 (DECISIONS); the door's own refusals carry their HTTP status and a JSON
+`{"error": …}` body, and the ones that leave a request unread (408, 431, 503) also close the
+connection. SECURITY.md says what each limit defends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import os
+import re
 
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway import control_words
-from gateway.config import Config
+from gateway.config import Config, TokenRule
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.protocol import activation, events, sse
@@ -37,12 +47,15 @@ from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
 from gateway.worker.hub import Hub
 from gateway.worker.streams import Stream, TaskView
 
-MAX_RPC_ID = 256
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]
 JSON_HEAD = [(b"content-type", b"application/json")]
+CLOSE = (b"connection", b"close")
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+RETRY_AFTER_SECONDS = 1
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class Refused(Exception):
@@ -51,6 +64,9 @@ class Refused(Exception):
     def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, list(headers)
+
+    async def send(self, send) -> None:
+        await respond(send, self.status, orjson.dumps({"error": self.message}), self.headers)
 
 
 class Caller:
@@ -64,7 +80,12 @@ class Caller:
 
 
 class Door:
-    """`[network.authentication]`: bearer tokens kept as sha256, compared in constant time."""
+    """`[network.authentication]`: bearer tokens kept as sha256, compared in constant time.
+
+    Two steps, because the first needs only the request head: `authenticate` finds the token's
+    rule (401 when there is none), `authorize` checks its scope for the method (403). A task
+    belongs to the name of the rule whose token created it.
+    """
 
     def __init__(self, config: Config):
         self.rules = config.tokens
@@ -73,9 +94,10 @@ class Door:
     def public(self) -> bool:
         return not self.rules
 
-    def caller(self, authorization: str | None, method: str) -> Caller:
+    def authenticate(self, authorization: str | None) -> TokenRule | None:
+        """The rule the bearer token matches; None on a public door."""
         if self.public:
-            return Caller(None, True)
+            return None
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Refused(401, "this door requires Authorization: Bearer <token>",
@@ -88,9 +110,17 @@ class Door:
         if match is None:
             raise Refused(401, "the bearer token is not valid for this door",
                           [(b"www-authenticate", b'Bearer error="invalid_token"')])
-        if "*" not in match.scopes and method not in match.scopes:
+        return match
+
+    def authorize(self, rule: TokenRule | None, method: str) -> Caller:
+        if rule is None:
+            return Caller(None, True)
+        if "*" not in rule.scopes and method not in rule.scopes:
             raise Refused(403, f"the token does not hold the {method} scope")
-        return Caller(match.name, "*" in match.scopes or WATCH_SESSION in match.scopes)
+        return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
+
+    def caller(self, authorization: str | None, method: str) -> Caller:
+        return self.authorize(self.authenticate(authorization), method)
 
 
 def header(scope: dict, name: bytes) -> str | None:
@@ -112,17 +142,83 @@ def is_json_content_type(value: str | None) -> bool:
 
 
 async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """A JSON answer."""
+    await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
+
+
+async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [*JSON_HEAD, (b"content-length", str(len(body)).encode()), *headers]})
+                "headers": [(b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
-def rpc_id_of(request: object):
-    if isinstance(request, dict):
-        rpc_id = request.get("id")
-        if isinstance(rpc_id, (str, int)) and not isinstance(rpc_id, bool):
-            return rpc_id
+def rpc_id_problem(rpc_id: object, max_chars: int) -> str | None:
+    """Why `rpc_id` is not an id this door answers to; None when it is one."""
+    if rpc_id is None or isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int)):
+        return "the request id must be a string or an integer"
+    if isinstance(rpc_id, int) and not -(1 << 63) <= rpc_id < 1 << 64:
+        return "the request id is out of range"
+    if isinstance(rpc_id, str) and len(rpc_id) > max_chars:
+        return f"the request id is longer than {max_chars} characters"
     return None
+
+
+def rpc_id_of(request: object, max_chars: int):
+    """The id an error answer echoes: the request's, when it is a valid one, else null."""
+    if isinstance(request, dict) and rpc_id_problem(request.get("id"), max_chars) is None:
+        return request["id"]
+    return None
+
+
+def nests_deeper(value: object, limit: int) -> bool:
+    """Whether arrays and objects in `value` nest more than `limit` levels (`{}` is one)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
+    return False
+
+
+class Admission:
+    """What every request passes before any route: the worker's open-request limit and the head
+    limits. hypercorn bounds what it buffers of an unfinished head (process.py); this checks
+    the finished head, so a refusal can carry a JSON body."""
+
+    def __init__(self, app, config: Config, counters: Counters):
+        self.app, self.config, self.counters = app, config, counters
+        self.open = 0
+
+    def _refusal(self, scope: dict) -> Refused | None:
+        headers = scope["headers"]
+        if len(headers) > self.config.max_headers:
+            return Refused(431, f"the request has more than {self.config.max_headers} header lines", [CLOSE])
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + sum(
+            len(name) + len(value) for name, value in headers)
+        if size > self.config.max_header_bytes:
+            return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
+        if self.open >= self.config.max_connections:
+            return Refused(503, "this worker is serving as many requests as it may; retry shortly",
+                           [(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
+        return None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            self.counters.add("requests_refused")
+            await refusal.send(send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1
 
 
 class RpcEndpoint:
@@ -136,51 +232,69 @@ class RpcEndpoint:
         self.door = Door(config)
         self.conversation_mode = config.lifecycle.conversation
 
-    async def _read_body(self, scope: dict, receive) -> bytes | None:
+    async def _read_body(self, scope: dict, receive, keep: bool = True) -> bytes | None:
+        """The whole body (b"" when not `keep`, read only so the answer is not cut off by a
+        reset); None when the client went away."""
         limit = self.config.max_body_bytes
         length = header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise Refused(413, f"request body exceeds {limit} bytes")
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise Refused(413, f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise Refused(413, f"request body exceeds {limit} bytes")
+                    if keep:
+                        chunks.append(chunk)
+                    if not message.get("more_body"):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise Refused(408, f"the request body did not arrive within {self.config.body_timeout:g} "
+                               "seconds", [CLOSE]) from None
+
+    def _admit(self, scope: dict) -> TokenRule | None:
+        """The refusals decided from the head alone; the caller's token rule."""
+        if not is_json_content_type(header(scope, b"content-type")):
+            raise Refused(404, "not found: POST / takes a JSON body with content-type application/json")
+        return self.door.authenticate(header(scope, b"authorization"))
 
     async def __call__(self, scope, receive, send) -> None:
-        if not is_json_content_type(header(scope, b"content-type")):
-            await respond(send, 404, orjson.dumps({"error": "not found: POST / takes a JSON body "
-                                                            "with content-type application/json"}))
-            return
         try:
+            try:
+                rule = self._admit(scope)
+            except Refused:
+                if await self._read_body(scope, receive, keep=False) is None:
+                    return
+                raise
             body = await self._read_body(scope, receive)
             if body is None:
                 return
             if not body.strip():
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
-            await self._dispatch(scope, receive, send, body)
+            await self._dispatch(scope, receive, send, body, rule)
         except Refused as refusal:
             self.counters.add("requests_refused")
-            await respond(send, refusal.status, orjson.dumps({"error": refusal.message}),
-                          refusal.headers)
+            await refusal.send(send)
 
-    async def _dispatch(self, scope, receive, send, body: bytes) -> None:
+    async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> None:
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
             await self._error(send, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
             return
-        rpc_id = rpc_id_of(request)
+        rpc_id = rpc_id_of(request, self.config.max_rpc_id_chars)
         try:
+            if nests_deeper(request, self.config.max_json_depth):
+                raise RpcError(INVALID_REQUEST, f"the request nests arrays and objects deeper than "
+                                                f"{self.config.max_json_depth} levels")
             method = self._check_request(request)
-            caller = self.door.caller(header(scope, b"authorization"), method)
+            caller = self.door.authorize(rule, method)
             check_version(header(scope, b"a2a-version"))
             params = request.get("params")
             if params is None:
@@ -202,13 +316,9 @@ class RpcEndpoint:
     def _check_request(self, request: object) -> str:
         if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
             raise RpcError(INVALID_REQUEST, 'the body must be a JSON-RPC 2.0 request object ("jsonrpc": "2.0")')
-        rpc_id = request.get("id")
-        if rpc_id is None or isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int)):
-            raise RpcError(INVALID_REQUEST, "the request id must be a string or an integer")
-        if isinstance(rpc_id, int) and not -(1 << 63) <= rpc_id < 1 << 64:
-            raise RpcError(INVALID_REQUEST, "the request id is out of range")
-        if isinstance(rpc_id, str) and len(rpc_id) > MAX_RPC_ID:
-            raise RpcError(INVALID_REQUEST, f"the request id is longer than {MAX_RPC_ID} characters")
+        problem = rpc_id_problem(request.get("id"), self.config.max_rpc_id_chars)
+        if problem is not None:
+            raise RpcError(INVALID_REQUEST, problem)
         method = request.get("method")
         if not isinstance(method, str):
             raise RpcError(INVALID_REQUEST, "method must be a string")
@@ -339,7 +449,43 @@ def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
     return card
 
 
-def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Starlette:
+class AttachmentEndpoint:
+    """`/attachments/<task-id>/<sha256>` (spec "Attachment bytes"), reached by every method so
+    each gets the spec's row. The bytes live in the sequencer's task registry under their
+    hash: no file system path is ever formed from the request."""
+
+    def __init__(self, door: Door, control: ControlClient, counters: Counters):
+        self.door, self.control, self.counters = door, control, counters
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["method"] != "GET":
+            await respond_bytes(send, 405, b"", [(b"allow", b"GET"), NOSNIFF])
+            return
+        try:
+            caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
+        except Refused as refusal:
+            self.counters.add("requests_refused")
+            await refusal.send(send)
+            return
+        task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
+        found = None
+        if SHA256_HEX.fullmatch(sha256):
+            found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
+        if found is None:
+            await respond_bytes(send, 404, b"", [NOSNIFF])
+            return
+        await respond_bytes(send, 200, base64.b64decode(found["data"]),
+                            [(b"content-type", found["mediaType"].encode()), NOSNIFF])
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, a method the route does not take, a bug) as JSON."""
+    if isinstance(exc, HTTPException):
+        return JSONResponse({"error": exc.detail.lower()}, exc.status_code, exc.headers)
+    return JSONResponse({"error": "internal error"}, 500)
+
+
+def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
     rpc = RpcEndpoint(config, hub, control, counters)
     card_cache: dict[str, tuple[bytes, str]] = {}
 
@@ -356,21 +502,6 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
             return Response(status_code=304, headers=headers)
         return Response(body, media_type="application/json", headers=headers)
 
-    async def attachment(request: Request) -> Response:
-        if request.method != "GET":
-            return Response(status_code=405, headers={"allow": "GET"})
-        try:
-            caller = rpc.door.caller(request.headers.get("authorization"), GET_TASK)
-        except Refused as refusal:
-            return JSONResponse({"error": refusal.message}, refusal.status,
-                                {k.decode(): v.decode() for k, v in refusal.headers})
-        found = await control.call("attachment", task_id=request.path_params["task_id"],
-                                   sha256=request.path_params["sha256"], **caller.params())
-        if found is None:
-            return Response(status_code=404)
-        return Response(base64.b64decode(found["data"]), media_type=found["mediaType"],
-                        headers={"x-content-type-options": "nosniff"})
-
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "serving", "pid": os.getpid()})
 
@@ -380,11 +511,12 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
                  and not words[control_words.SESSION_CLOSED] and not hub.closing)
         return JSONResponse({"ready": bool(ready)}, 200 if ready else 503)
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/", rpc, methods=["POST"]),
         Route("/.well-known/agent-card.json", card, methods=["GET"]),
-        Route("/attachments/{task_id}/{sha256}", attachment,
-              methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+        Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-    ])
+    ], exception_handlers={HTTPException: http_error, Exception: http_error})
+    app.router.redirect_slashes = False  # a redirect would echo the client's Host header
+    return Admission(app, config, counters)

@@ -23,6 +23,8 @@ from gateway.worker.hub import Hub
 from shm import Ring
 
 GRACE_SECONDS = 2.0
+HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
+REQUEST_LINE_EXTRA = 64  # method, version, spaces and the blank line that ends the head
 
 
 def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig:
@@ -34,7 +36,15 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     hc.accesslog = None
     hc.errorlog = None
     hc.backlog = 2048
-    hc.keep_alive_timeout = 30
+    # hypercorn's idle timer runs from the connection's start (and from the end of each
+    # response) until a whole request head has arrived: slow headers and idle keep-alive
+    # connections are closed after it.
+    hc.keep_alive_timeout = config.header_timeout
+    # What h11 buffers of an unfinished head. The app checks the finished head exactly
+    # (app.Admission, 431 with a JSON body); this cap, the limit plus each line's framing,
+    # only bounds the memory a head that never finishes can take (431, empty body, closed).
+    hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
+                                  + HEAD_LINE_FRAMING * (config.max_headers + 1))
     return hc
 
 

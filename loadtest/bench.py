@@ -1,0 +1,437 @@
+"""Side-by-side bench: murmur-gateway against nginx + nchan and the naive baseline, one command.
+
+Every run starts one server on loopback, drives it with `loadtest/driver.py` (the same
+driver, watcher counts, event size and rate for every system), and stops it; the systems
+alternate run by run (the order rotates each repeat), so a neighbour's noise on this shared
+machine lands on all of them alike. The systems:
+
+- **gateway**: `python -m gateway`, workers = cores (and once with 1 worker), fed by
+  `--sim-load RATE --sim-load-size SIZE`; `/metrics` is scraped for its own heartbeat
+  jitter histogram.
+- **nchan**: nginx + libnginx-mod-nchan (installed with apt-get when absent), loopback
+  only, one worker per core, `nchan_message_buffer_length 512`, the EventSource subscriber
+  endpoint; the publisher below POSTs the gateway's load event bytes (`loadtest/wire.py`)
+  at the same rate, numbered so the driver can see a lost message.
+- **naive**: `loadtest/baselines/naive.py` (Starlette + uvicorn, one process, one
+  asyncio.Queue(maxsize=128) a connection).
+
+Figures: deliveries/s at the small and large watcher counts, latency p50/p99, server
+CPU-seconds per million deliveries, RSS per idle watcher (no events flowing), heartbeat
+jitter at the large count, and 2 workers against 1. Client and server share the machine:
+the client's CPU is reported beside the server's. Prints a markdown table and the ratios;
+`--json` keeps every run. Bounded: every run has a fixed window, and the whole bench a
+deadline (`--deadline`).
+
+    python -m loadtest.bench                      # the default bench (about 10 minutes)
+    python -m loadtest.bench --duration 3 --large 2000 --idle 2000 --repeats 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import http.client
+import os
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import orjson
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from gateway.protocol import sse  # noqa: E402
+from loadtest import procstat, wire  # noqa: E402
+
+PYTHON = sys.executable
+NCHAN_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
+START_TIMEOUT = 30.0
+SYSTEMS = ("gateway", "nchan", "naive")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listened on {port} within {timeout} s")
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """Stop a server we started and every process under it (by pid, never by name)."""
+    family = procstat.tree(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pid in family[1:]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- the servers ---
+
+@functools.cache
+def gateway_has_option(option: str) -> bool:
+    usage = subprocess.run([PYTHON, "-m", "gateway", "--help"], cwd=ROOT, capture_output=True, text=True)
+    return option in usage.stdout
+
+
+class ServerProcess:
+    """A server started from `self.cmd` on `self.port`, stopped on exit."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        stop(self.proc)
+
+
+class Gateway(ServerProcess):
+    name = "gateway"
+    dialect = "murmur"
+
+    def __init__(self, args, rate: float, workers: int):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.cmd = [PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
+                    "--metrics-bind", f"127.0.0.1:{self.metrics_port}", "--log-level", "warning",
+                    "--heartbeat-interval", str(args.heartbeat_interval),
+                    "--sim-load", str(rate), "--sim-load-size", str(args.size)]
+        if gateway_has_option("--max-connections"):  # measure throughput, not the admission limit
+            self.cmd += ["--max-connections", str(args.large + args.idle)]
+
+    def heartbeat_jitter_p99_ms(self) -> float | None:
+        """p99 of the gateway's own jitter histogram (the bucket bound it falls under)."""
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return None
+        buckets = []
+        for line in text.splitlines():
+            if line.startswith("murgw_heartbeat_jitter_seconds_bucket"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
+        if not buckets or buckets[-1][1] == 0:
+            return None
+        total = buckets[-1][1]
+        return next(bound * 1000 for bound, count in buckets if count >= 0.99 * total)
+
+
+class Nchan:
+    name = "nchan"
+    dialect = "nchan"
+    CONF = """load_module {module};
+worker_processes {workers};
+worker_rlimit_nofile {nofile};
+pid {dir}/nginx.pid;
+error_log {dir}/error.log error;
+daemon off;
+events {{ worker_connections {nofile}; multi_accept on; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  nchan_shared_memory_size 256M;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location = /pub {{
+      nchan_publisher http;
+      nchan_channel_id load;
+      nchan_message_buffer_length 512;
+      nchan_message_timeout 1h;
+    }}
+    location = /sub {{
+      nchan_subscriber eventsource;
+      nchan_channel_id load;
+      nchan_subscriber_first_message newest;
+      nchan_eventsource_ping_interval {heartbeat};
+      nchan_eventsource_ping_comment heartbeat;
+    }}
+  }}
+}}
+"""
+
+    def __init__(self, args, rate: float, workers: int):
+        ensure_nchan()
+        self.port, self.rate, self.size = free_port(), rate, args.size
+        self.url = f"http://127.0.0.1:{self.port}/sub"
+        self.dir = tempfile.mkdtemp(prefix="bench-nchan-")
+        with open(os.path.join(self.dir, "nginx.conf"), "w") as fh:
+            fh.write(self.CONF.format(module=NCHAN_MODULE, workers=workers, dir=self.dir, port=self.port,
+                                      nofile=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                                      heartbeat=max(1, round(args.heartbeat_interval))))
+        self.publisher: Publisher | None = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["nginx", "-c", os.path.join(self.dir, "nginx.conf"), "-p", self.dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+        if self.rate > 0:
+            self.publisher = Publisher(self.port, self.rate, self.size)
+            self.publisher.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.publisher is not None:
+            self.publisher.stop()
+        stop(self.proc, signal.SIGQUIT)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Publisher(threading.Thread):
+    """POSTs the load event to nchan's publisher location at `rate` a second, keep-alive."""
+
+    def __init__(self, port: int, rate: float, size: int):
+        super().__init__(daemon=True)
+        self.port, self.rate, self.size = port, rate, size
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        prefix = sse.rpc_prefix(b"1")
+        started, sent = time.monotonic(), 0
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - started) * self.rate) - sent
+            for _ in range(max(0, due)):
+                sent += 1
+                body = prefix + wire.load_result(self.size, seq=sent) + b"}"
+                conn.request("POST", "/pub", body, {"Content-Type": "application/json"})
+                conn.getresponse().read()
+            self.stopping.wait(min(0.01, 1.0 / self.rate))
+        conn.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(15)
+
+
+class Naive(ServerProcess):
+    name = "naive"
+    dialect = "murmur"
+
+    def __init__(self, args, rate: float, workers: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.cmd = [PYTHON, "-m", "loadtest.baselines.naive", "--port", str(self.port), "--rate", str(rate),
+                    "--size", str(args.size), "--heartbeat-interval", str(args.heartbeat_interval)]
+
+
+
+SERVERS = {"gateway": Gateway, "nchan": Nchan, "naive": Naive}
+
+
+def ensure_nchan() -> None:
+    if shutil.which("nginx") and os.path.exists(NCHAN_MODULE):
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "nginx", "libnginx-mod-nchan"], check=True, env=env)
+
+
+def ensure_uvicorn() -> None:
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        subprocess.run([PYTHON, "-m", "pip", "install", "-q", "uvicorn", "httptools"], check=True)
+
+
+# --- runs ---
+
+def drive(args, server, watchers: int, rate: float, label: str) -> dict:
+    cmd = [PYTHON, "-m", "loadtest.driver", "--url", server.url, "--dialect", server.dialect,
+           "--watchers", str(watchers), "--procs", str(args.procs), "--warmup", str(args.warmup),
+           "--duration", str(args.duration if rate else args.idle_duration),
+           "--connect-timeout", str(args.connect_timeout),
+           "--sample-every", str(max(1, watchers // args.timed_per_event)),
+           "--heartbeat-interval", str(args.heartbeat_interval), "--server-pid", str(server.proc.pid),
+           "--label", label]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.run_timeout)
+    if out.returncode != 0 and not out.stdout.strip():
+        raise RuntimeError(f"driver failed on {label}: {out.stderr[-2000:]}")
+    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    report["rate"] = rate
+    return report
+
+
+def one_run(args, system: str, watchers: int, rate: float, workers: int, label: str) -> dict:
+    with SERVERS[system](args, rate, workers) as server:
+        time.sleep(0.5)
+        report = drive(args, server, watchers, rate, label)
+        if system == "gateway" and rate:
+            report["server_heartbeat_jitter_p99_ms"] = server.heartbeat_jitter_p99_ms()
+    report.update(system=system, workers=workers)
+    print(f"  {label:<28} opened {report['opened']:>6}  {report['deliveries_per_s']:>9}/s  "
+          f"p99 {report['latency_ms'].get('p99', '-')} ms  server cpu {report['server_cpu_s']} s  "
+          f"client cpu {report['client_cpu_s']} s  lost {report['events_lost']}", file=sys.stderr, flush=True)
+    return report
+
+
+def plan(args) -> list[tuple[str, int, float, int, str]]:
+    """(system, watchers, rate, workers, scenario) for every run, systems rotating each repeat."""
+    runs = []
+    for repeat in range(args.repeats):
+        order = SYSTEMS[repeat % 3:] + SYSTEMS[:repeat % 3]
+        for scenario, watchers, rate in (("small", args.small, args.rate), ("large", args.large, args.rate),
+                                         ("idle", args.idle, 0.0)):
+            for system in order:
+                runs.append((system, watchers, rate, args.workers, scenario))
+            if scenario == "large":
+                runs.append(("gateway", watchers, rate, 1, "large-1worker"))
+    return runs
+
+
+def median(reports: list[dict], pick) -> float | None:
+    values = [v for v in (pick(r) for r in reports) if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarise(reports: list[dict], args) -> dict:
+    def runs(system, scenario):
+        return [r for r in reports if r["system"] == system and r["scenario"] == scenario]
+
+    def cpu_per_million(r):
+        return r["server_cpu_s"] / r["deliveries"] * 1e6 if r["deliveries"] else None
+
+    def rss_per_watcher(r):
+        return (r["server_rss_kib_connected"] - r["server_rss_kib_before"]) / r["opened"] if r["opened"] else None
+
+    table = {}
+    for system in SYSTEMS:
+        small, large, idle = runs(system, "small"), runs(system, "large"), runs(system, "idle")
+        table[system] = {
+            f"watchers opened of {args.small} / {args.large} / {args.idle} (idle)": None,
+            f"deliveries/s @ {args.small}": median(small, lambda r: r["deliveries_per_s"]),
+            f"deliveries/s @ {args.large}": median(large, lambda r: r["deliveries_per_s"]),
+            f"latency p50 ms @ {args.small}": median(small, lambda r: r["latency_ms"].get("p50")),
+            f"latency p99 ms @ {args.small}": median(small, lambda r: r["latency_ms"].get("p99")),
+            f"latency p50 ms @ {args.large}": median(large, lambda r: r["latency_ms"].get("p50")),
+            f"latency p99 ms @ {args.large}": median(large, lambda r: r["latency_ms"].get("p99")),
+            f"server CPU s / M deliveries @ {args.small}": median(small, cpu_per_million),
+            f"server CPU s / M deliveries @ {args.large}": median(large, cpu_per_million),
+            f"client CPU s / window @ {args.large}": median(large, lambda r: r["client_cpu_s"]),
+            f"events lost @ {args.large}": median(large, lambda r: r["events_lost"]),
+            f"RSS KiB / idle watcher @ {args.idle}": median(idle, rss_per_watcher),
+            f"heartbeat jitter p99 ms @ {args.large} (client)":
+                median(large, lambda r: r.get("heartbeat_jitter_ms", {}).get("p99")),
+        }
+        table[system][f"watchers opened of {args.small} / {args.large} / {args.idle} (idle)"] = " / ".join(
+            "–" if median(group, lambda r: r["opened"]) is None else f"{median(group, lambda r: r['opened']):.0f}"
+            for group in (small, large, idle))
+    gateway = table["gateway"]
+    gateway[f"heartbeat jitter p99 ms @ {args.large} (server)"] = median(
+        runs("gateway", "large"), lambda r: r.get("server_heartbeat_jitter_p99_ms"))
+    one_worker = median(runs("gateway", "large-1worker"), lambda r: r["deliveries_per_s"])
+    gateway[f"deliveries/s @ {args.large}, 1 worker"] = one_worker
+    two = gateway[f"deliveries/s @ {args.large}"]
+    gateway[f"{args.workers} workers / 1 worker"] = two / one_worker if one_worker else None
+    return table
+
+
+def markdown(table: dict) -> str:
+    def fmt(value):
+        if isinstance(value, str):
+            return value
+        if value is None:
+            return "–"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+    def ratio(a, b):
+        return f"{a / b:.2f}×" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "–"
+
+    rows = ["| figure | gateway | nchan | naive | gateway/nchan | gateway/naive |", "|---|---|---|---|---|---|"]
+    for figure, value in table["gateway"].items():
+        nchan, naive = table["nchan"].get(figure), table["naive"].get(figure)
+        rows.append(f"| {figure} | {fmt(value)} | {fmt(nchan)} | {fmt(naive)} | {ratio(value, nchan)} | "
+                    f"{ratio(value, naive)} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--small", type=int, default=1000, help="watchers, small run")
+    p.add_argument("--large", type=int, default=10000, help="watchers, large run")
+    p.add_argument("--idle", type=int, default=10000, help="idle watchers for RSS")
+    p.add_argument("--rate", type=float, default=100.0, help="load events a second")
+    p.add_argument("--size", type=int, default=300, help="load event text, bytes")
+    p.add_argument("--duration", type=float, default=10.0, help="measuring window, seconds")
+    p.add_argument("--idle-duration", type=float, default=2.0, help="window of the idle runs, seconds")
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="gateway workers (nginx workers too)")
+    p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="driver client processes")
+    p.add_argument("--heartbeat-interval", type=float, default=2.0)
+    p.add_argument("--timed-per-event", type=int, default=1000,
+                   help="latency: time about this many deliveries of each event (one in watchers/N)")
+    p.add_argument("--connect-timeout", type=float, default=45.0, help="bound on each ramp, seconds")
+    p.add_argument("--run-timeout", type=float, default=180.0)
+    p.add_argument("--deadline", type=float, default=1200.0, help="stop starting runs after this many seconds")
+    p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
+    p.add_argument("--json", help="write every run's report here")
+    p.add_argument("--report", help="print the table of a saved --json file (same flags) instead of running")
+    args = p.parse_args(argv)
+    if args.report:
+        with open(args.report, "rb") as fh:
+            print(markdown(summarise(orjson.loads(fh.read()), args)))
+        return 0
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the servers inherit it
+    ensure_nchan()
+    ensure_uvicorn()
+    started = time.monotonic()
+    reports = []
+    for system, watchers, rate, workers, scenario in plan(args):
+        if args.only and system not in args.only:
+            continue
+        if time.monotonic() - started > args.deadline:
+            print("deadline reached: remaining runs skipped", file=sys.stderr)
+            break
+        label = f"{system} {scenario} {watchers}w x{workers}"
+        try:
+            report = one_run(args, system, watchers, rate, workers, label)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one failed run does not end the bench
+            print(f"  {label}: failed: {str(exc)[-300:]}", file=sys.stderr, flush=True)
+            continue
+        report["scenario"] = scenario
+        reports.append(report)
+    if args.json:
+        with open(args.json, "wb") as fh:
+            fh.write(orjson.dumps(reports, option=orjson.OPT_INDENT_2))
+    table = summarise(reports, args)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {args.rate:g} events/s of "
+          f"{args.size} B, window {args.duration:g} s, {args.repeats} repeat(s), medians; "
+          f"{time.monotonic() - started:.0f} s\n")
+    print(markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

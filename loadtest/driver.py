@@ -1,0 +1,458 @@
+"""High-connection SSE load driver: N watchers over K client processes, one JSON line out.
+
+Each client process runs uvloop with raw `asyncio.Protocol` connections (no HTTP library):
+it writes the request, reads the response head, undoes chunked framing when the server used
+it, and scans whole SSE events with a few compiled regular expressions per read, so the
+client spends microseconds per event, not per byte. It speaks two dialects:
+
+- `murmur` (the gateway and the naive baseline): POST `murmur.WatchSession`; numeric `id:`
+  lines; `lagged` and `gap` frames. A new connection sends the newest id its process has
+  seen as `Last-Event-ID` (the first one sends 0), as a resuming client would, so 10,000
+  openings do not each replay the whole 512-event buffer.
+- `nchan`: GET with `Accept: text/event-stream`; ids are nchan's `<time>:<tag>`, which must
+  be strictly ascending; losses are read from the sequence number the bench's publisher
+  puts after the timestamp (nchan has no lagged frame, and its tags restart every second).
+
+Per connection it checks the ids: strictly ascending, never repeated, and a hole only
+where a `lagged` frame (its `missed`) or a `gap` frame accounts for it. Latency is now minus
+the encode time at the start of each load event's text (`--sim-load` on the gateway, the
+bench's publishers elsewhere); with `--sample-every S` one event in S is timed. Heartbeat
+intervals are measured from the connection's opening.
+
+The figures cover a measuring window that starts `--warmup` seconds after every connection
+is open and lasts `--duration` seconds; server CPU and RSS come from the process tree of
+`--server-pid`. Every loop is bounded: connections, the ramp (`--connect-timeout`), and the
+window.
+
+    python -m loadtest.driver --url http://127.0.0.1:52222/ --watchers 1000 --duration 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import multiprocessing
+import os
+import re
+import resource
+import sys
+import time
+from urllib.parse import urlsplit
+
+import orjson
+import uvloop
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from loadtest import procstat  # noqa: E402
+
+MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")
+MURMUR_MARKS = re.compile(
+    rb'(?m)^id: (\d+)$|"frame":"lagged","missed":(\d+)|"frame":"gap","firstAvailableId":(\d+)')
+NCHAN_ID = re.compile(rb"(?m)^id: (\d+):(\d+)$")
+NCHAN_SEQ = re.compile(rb'"text":"\d+ (\d+) ')
+STAMP = re.compile(rb'"text":"(\d{16,20}) ')
+HEARTBEAT = b":heartbeat\n"
+MAX_HANDSHAKES = 512  # connections being opened at once, per client process
+
+
+class Tally:
+    """One client process's figures; counting (but not checking) happens inside the window."""
+
+    def __init__(self, sample_every: int):
+        self.sample_every = sample_every
+        self.measuring = False
+        self.newest_id = 0
+        self.opened = self.failed = self.closed_early = 0
+        self.deliveries = self.bytes = self.stamped = 0
+        self.events_lost = self.lagged_frames = self.unexplained_holes = self.order_violations = 0
+        self.latency_us = array.array("q")
+        self.heartbeat_s = array.array("d")
+
+    def stamps(self, block: bytes, now_ns: int) -> None:
+        stamps = STAMP.findall(block)
+        if stamps:
+            every = self.sample_every
+            start = -self.stamped % every
+            self.stamped += len(stamps)
+            self.latency_us.extend([(now_ns - int(s)) // 1000 for s in stamps[start::every]])
+
+
+class Watcher(asyncio.Protocol):
+    """One SSE connection: the head, then whole events checked and counted."""
+
+    def __init__(self, tally: Tally, request: bytes, dialect: str):
+        self.tally, self.request = tally, request
+        self.check = self._check_murmur if dialect == "murmur" else self._check_nchan
+        self.transport: asyncio.Transport | None = None
+        self.opened: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.head = b""
+        self.chunked = False
+        self.chunk_left = 0  # body bytes left in the current chunk; -1: expecting a size line
+        self.raw = b""       # framing bytes not yet decoded
+        self.rest = b""      # decoded body after the last complete event
+        self.last = 0        # the last id (murmur) or sequence number (nchan) received
+        self.last_key = 0    # nchan: the last `<time>:<tag>` as one integer
+        self.explained = 0   # murmur: events a lagged frame reported since the last id
+        self.gap = False
+        self.heartbeat_at = 0.0
+        self.ended = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.write(self.request)
+
+    def connection_lost(self, exc) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError(str(exc or "closed before the head")))
+        elif not self.ended:
+            self.ended = True
+            self.tally.closed_early += 1
+
+    def data_received(self, data: bytes) -> None:
+        if not self.opened.done():
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, data = self.head[:end].lower(), self.head[end + 4:]
+            self.head = b""
+            if head[9:12] != b"200":
+                self.opened.set_exception(ConnectionError(head.split(b"\r\n", 1)[0].decode()))
+                return
+            self.chunked = b"transfer-encoding: chunked" in head
+            self.chunk_left = -1
+            self.heartbeat_at = time.monotonic()
+            self.opened.set_result(None)
+        if self.chunked:
+            data = self._dechunk(data)
+        self._body(data)
+
+    def _dechunk(self, data: bytes) -> bytes:
+        buf = self.raw + data if self.raw else data
+        out, pos, size = [], 0, len(buf)
+        while pos < size:
+            if self.chunk_left > 0:
+                take = min(self.chunk_left, size - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self.chunk_left -= take
+                continue
+            if self.chunk_left == 0:  # the CRLF after a chunk's data
+                if size - pos < 2:
+                    break
+                pos += 2
+                self.chunk_left = -1
+            line_end = buf.find(b"\r\n", pos)
+            if line_end < 0:
+                break
+            self.chunk_left = int(buf[pos:line_end].split(b";", 1)[0], 16)
+            pos = line_end + 2
+            if self.chunk_left == 0:  # the last chunk: the response ended
+                self.chunk_left = -2
+                break
+        self.raw = buf[pos:] if self.chunk_left != -2 else b""
+        return b"".join(out)
+
+    def _body(self, data: bytes) -> None:
+        if self.rest:
+            data = self.rest + data
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self.rest = data
+            return
+        block, self.rest = data[:end + 2], data[end + 2:]
+        tally = self.tally
+        if tally.measuring:
+            now_ns = time.time_ns()
+            count = self.check(block)
+            tally.deliveries += count
+            tally.bytes += len(block)
+            tally.stamps(block, now_ns)
+            if HEARTBEAT in block:
+                now = time.monotonic()
+                tally.heartbeat_s.append(now - self.heartbeat_at)
+                self.heartbeat_at = now
+        else:
+            self.check(block)
+            if HEARTBEAT in block:
+                self.heartbeat_at = time.monotonic()
+
+    # --- id checks: a fast path for the usual run of consecutive ids, a walk otherwise ---
+
+    def _check_murmur(self, block: bytes) -> int:
+        ids = MURMUR_ID.findall(block)
+        if b'"frame":"lagged"' in block or b'"frame":"gap"' in block:
+            self._walk_murmur(block)
+        elif ids:
+            nums = list(map(int, ids))
+            first = nums[0]
+            if (self.last and first != self.last + 1) or nums != list(range(first, first + len(nums))):
+                self._walk_murmur(block)
+            else:
+                self.last = nums[-1]
+        if self.last > self.tally.newest_id:
+            self.tally.newest_id = self.last
+        return len(ids)
+
+    def _walk_murmur(self, block: bytes) -> None:
+        tally = self.tally
+        for event_id, missed, first_available in MURMUR_MARKS.findall(block):
+            if missed:
+                self.explained += int(missed)
+                if tally.measuring:
+                    tally.events_lost += int(missed)
+                    tally.lagged_frames += 1
+            elif first_available:
+                self.gap = True
+            else:
+                self._next(int(event_id))
+
+    def _next(self, number: int) -> None:
+        """Check one id against the previous: ascending, and every hole accounted for."""
+        tally = self.tally
+        if self.last:
+            if number <= self.last:
+                tally.order_violations += 1
+                return
+            hole = number - self.last - 1
+            if hole and not self.gap and hole != self.explained:
+                tally.unexplained_holes += 1
+        self.last, self.explained, self.gap = number, 0, False
+
+    def _check_nchan(self, block: bytes) -> int:
+        keys = [int(t) << 32 | int(tag) for t, tag in NCHAN_ID.findall(block)]
+        if keys and (keys[0] <= self.last_key or keys != sorted(set(keys))):
+            for key in keys:
+                if key <= self.last_key:
+                    self.tally.order_violations += 1
+                self.last_key = max(self.last_key, key)
+        elif keys:
+            self.last_key = keys[-1]
+        tally = self.tally
+        for seq in map(int, NCHAN_SEQ.findall(block)):
+            if self.last and seq <= self.last:
+                tally.order_violations += 1
+                continue
+            if self.last and seq > self.last + 1:
+                tally.unexplained_holes += 1
+                if tally.measuring:
+                    tally.events_lost += seq - self.last - 1
+            self.last = seq
+        return len(keys)
+
+    def close(self) -> None:
+        self.ended = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def build_request(url: str, dialect: str, method: str, last_event_id: int) -> bytes:
+    parts = urlsplit(url)
+    host, path = parts.netloc, parts.path or "/"
+    if dialect == "nchan":
+        return f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode()
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"A2A-Version: 1.0\r\nAccept: text/event-stream\r\nLast-Event-ID: {last_event_id}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def client_main(args, share: int, conn) -> None:
+    """One client process: open `share` watchers, report, measure the window, report again."""
+    loop = asyncio.get_running_loop()
+    parts = urlsplit(args.url)
+    host, port = parts.hostname, parts.port or 80
+    tally = Tally(args.sample_every)
+    watchers: list[Watcher] = []
+    gate = asyncio.Semaphore(MAX_HANDSHAKES)
+    ramp_deadline = loop.time() + args.connect_timeout
+
+    async def open_one() -> None:
+        async with gate:
+            request = build_request(args.url, args.dialect, args.method, tally.newest_id)
+            watcher = Watcher(tally, request, args.dialect)
+            try:
+                remaining = max(0.1, ramp_deadline - loop.time())
+                await asyncio.wait_for(loop.create_connection(lambda: watcher, host, port), remaining)
+                await asyncio.wait_for(watcher.opened, max(0.1, ramp_deadline - loop.time()))
+            except (OSError, asyncio.TimeoutError, ConnectionError):
+                tally.failed += 1
+                watcher.close()
+                return
+            except asyncio.CancelledError:  # counted by the ramp's deadline
+                watcher.close()
+                raise
+            tally.opened += 1
+            watchers.append(watcher)
+
+    # The first opening replays the buffer; later ones resume from the newest id it has seen.
+    await open_one()
+    resume_wait = min(ramp_deadline, loop.time() + 2.0)  # an idle server has no id to resume from
+    while tally.opened and not tally.newest_id and loop.time() < resume_wait and args.dialect == "murmur":
+        await asyncio.sleep(0.02)
+    per_second = max(1.0, args.ramp_rate / args.procs)
+    openings = []
+    for index in range(1, share):
+        if loop.time() > ramp_deadline:
+            tally.failed += share - index
+            break
+        openings.append(loop.create_task(open_one()))
+        if index % 50 == 49:
+            await asyncio.sleep(50 / per_second)
+    if openings:  # a saturated server may leave handshakes hanging: the deadline ends them
+        _, hanging = await asyncio.wait(openings, timeout=max(0.0, ramp_deadline - loop.time()) + 1.0)
+        for opening in hanging:
+            opening.cancel()
+        tally.failed += len(hanging)
+    conn.send(("open", tally.opened, tally.failed))
+
+    start, end = await loop.run_in_executor(None, conn.recv)
+    await asyncio.sleep(max(0.0, start - time.time()))
+    cpu_before = _own_cpu()
+    tally.measuring = True
+    await asyncio.sleep(max(0.0, end - time.time()))
+    tally.measuring = False
+    cpu = _own_cpu() - cpu_before
+    for watcher in watchers:
+        watcher.close()
+    conn.send({
+        "opened": tally.opened, "failed": tally.failed, "closed_early": tally.closed_early,
+        "deliveries": tally.deliveries, "bytes": tally.bytes, "events_lost": tally.events_lost,
+        "lagged_frames": tally.lagged_frames, "unexplained_holes": tally.unexplained_holes,
+        "order_violations": tally.order_violations, "cpu_s": cpu,
+        "latency_us": tally.latency_us.tobytes(), "heartbeat_s": tally.heartbeat_s.tobytes(),
+    })
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def client_process(args, share: int, conn) -> None:
+    uvloop.run(client_main(args, share, conn))
+
+
+def raise_nofile(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        target = hard if hard == resource.RLIM_INFINITY else min(hard, max(needed, soft))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def quantiles(values, scale: float = 1.0) -> dict:
+    ordered = sorted(values)
+    if not ordered:
+        return {"count": 0}
+    pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale, 3)  # noqa: E731
+    return {"count": len(ordered), "p50": pick(0.50), "p99": pick(0.99), "max": round(ordered[-1] * scale, 3)}
+
+
+def run(args) -> dict:
+    raise_nofile(args.watchers // args.procs + 256)
+    server = procstat.tree(args.server_pid) if args.server_pid else []
+    rss_before = procstat.rss_kib(server)
+    ctx = multiprocessing.get_context("fork")
+    shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
+    pipes, procs = [], []
+    for share in shares:
+        parent_end, child_end = ctx.Pipe()
+        proc = ctx.Process(target=client_process, args=(args, share, child_end), daemon=True)
+        proc.start()
+        pipes.append(parent_end)
+        procs.append(proc)
+    try:
+        return _measure(args, pipes, server, rss_before)
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _receive(pipe, timeout: float):
+    if not pipe.poll(timeout):
+        raise TimeoutError("a client process did not answer in time")
+    return pipe.recv()
+
+
+def _measure(args, pipes, server: list[int], rss_before: int) -> dict:
+    ramp_started = time.monotonic()
+    for pipe in pipes:
+        _receive(pipe, args.connect_timeout + 30)
+    ramp_s = time.monotonic() - ramp_started
+    start = time.time() + args.warmup
+    end = start + args.duration
+    for pipe in pipes:
+        pipe.send((start, end))
+    time.sleep(max(0.0, start - time.time()))
+    server = procstat.tree(args.server_pid) if args.server_pid else server
+    server_cpu = procstat.cpu_seconds(server)
+    time.sleep(max(0.0, end - time.time()))
+    server_cpu = procstat.cpu_seconds(server) - server_cpu
+    rss_connected = procstat.rss_kib(server)
+    results, missing = [], 0
+    for pipe in pipes:  # a client process that never reports is counted, not waited for forever
+        try:
+            results.append(_receive(pipe, 60))
+        except (TimeoutError, EOFError):
+            missing += 1
+
+    total = {key: sum(r[key] for r in results) for key in (
+        "opened", "failed", "closed_early", "deliveries", "bytes", "events_lost", "lagged_frames",
+        "unexplained_holes", "order_violations", "cpu_s")}
+    latency, heartbeats = array.array("q"), array.array("d")
+    for r in results:
+        latency.frombytes(r["latency_us"])
+        heartbeats.frombytes(r["heartbeat_s"])
+    window = args.duration
+    report = {
+        "label": args.label, "dialect": args.dialect, "watchers": args.watchers, "procs": args.procs,
+        "opened": total["opened"], "failed": total["failed"], "closed_early": total["closed_early"],
+        "ramp_s": round(ramp_s, 2), "window_s": window, "clients_missing": missing,
+        "deliveries": total["deliveries"], "deliveries_per_s": round(total["deliveries"] / window),
+        "mib_per_s": round(total["bytes"] / window / 2**20, 2),
+        "latency_ms": quantiles(latency, 0.001), "latency_sample_every": args.sample_every,
+        "heartbeat_interval_s": quantiles(heartbeats),
+        "events_lost": total["events_lost"], "lagged_frames": total["lagged_frames"],
+        "unexplained_holes": total["unexplained_holes"], "order_violations": total["order_violations"],
+        "client_cpu_s": round(total["cpu_s"], 2),
+        "server_cpu_s": round(server_cpu, 2) if server else None,
+        "server_rss_kib_before": rss_before if server else None,
+        "server_rss_kib_connected": rss_connected if server else None,
+    }
+    if args.heartbeat_interval:
+        report["heartbeat_jitter_ms"] = quantiles([abs(h - args.heartbeat_interval) for h in heartbeats], 1000)
+    return report
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--url", required=True, help="the stream endpoint, e.g. http://127.0.0.1:52222/")
+    p.add_argument("--dialect", choices=("murmur", "nchan"), default="murmur")
+    p.add_argument("--method", default="murmur.WatchSession", help="murmur dialect: the JSON-RPC method")
+    p.add_argument("--watchers", type=int, default=100)
+    p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="client processes")
+    p.add_argument("--duration", type=float, default=10.0, help="measuring window, seconds")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds between the last opening and the window")
+    p.add_argument("--ramp-rate", type=float, default=2000.0, help="connections opened per second, in all")
+    p.add_argument("--connect-timeout", type=float, default=60.0, help="bound on the whole ramp, seconds")
+    p.add_argument("--sample-every", type=int, default=1, help="time one load event in this many")
+    p.add_argument("--heartbeat-interval", type=float, default=0.0, help="the server's, to report jitter")
+    p.add_argument("--server-pid", type=int, default=0, help="root of the server's process tree")
+    p.add_argument("--label", default="")
+    args = p.parse_args(argv)
+    args.procs = max(1, min(args.procs, args.watchers))
+    return args
+
+
+def main(argv=None) -> int:
+    report = run(parse_args(argv))
+    sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    return 0 if report["opened"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

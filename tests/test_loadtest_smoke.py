@@ -1,0 +1,50 @@
+"""The load kit runs against the real gateway: the driver and locust, for a few seconds each.
+
+Smoke runs, not benchmarks: they assert that connections opened, events arrived, the
+driver's id checks found nothing wrong and locust wrote its CSV; never a timing figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import orjson
+
+from support import ROOT, running_gateway
+
+RUN_TIMEOUT = 120
+
+
+def test_driver_holds_watchers_and_checks_their_ids(tmp_path):
+    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
+        out = subprocess.run(
+            [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/",
+             "--watchers", "20", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
+             "--heartbeat-interval", "0.3", "--server-pid", str(gateway.pid)],
+            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    assert report["opened"] == 20 and report["failed"] == 0
+    assert report["deliveries"] > 0 and report["latency_ms"]["count"] > 0
+    assert report["heartbeat_interval_s"]["count"] > 0
+    assert report["order_violations"] == 0 and report["unexplained_holes"] == 0
+    assert report["server_cpu_s"] is not None and report["client_cpu_s"] >= 0
+
+
+def test_locust_headless_run_reports_sse_events(tmp_path):
+    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
+        out = subprocess.run(
+            [sys.executable, "-m", "locust", "-f", os.path.join(ROOT, "loadtest", "locustfile.py"),
+             "--headless", "-u", "5", "-r", "5", "-t", "3s", "--host", f"http://127.0.0.1:{gateway.port}",
+             "--csv", str(tmp_path / "sse"), "--only-summary", "--stop-timeout", "2", "-L", "WARNING",
+             "--heartbeat-interval", "0.3"],
+            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(tmp_path / "sse_stats.csv", newline="") as fh:
+        rows = {(row["Type"], row["Name"]): row for row in csv.DictReader(fh)}
+    assert int(rows[("POST", "murmur.WatchSession")]["Request Count"]) > 0
+    assert int(rows[("SSE", "text")]["Request Count"]) > 0
+    assert int(rows[("SSE", "heartbeat")]["Request Count"]) > 0
