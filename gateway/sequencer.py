@@ -139,6 +139,9 @@ class Sequencer:
             raise RpcError(UNSUPPORTED_OPERATION, "this capsule does not accept streamed tasks "
                                                   "(lifecycle.task_acceptance is none)")
         message = messages.read_message(p.get("params"))
+        direct = None if p.get("streaming") else tck.message_response(message)
+        if direct is not None:
+            return {"message": direct}
         if message.task_id is None:
             try:
                 task = self.capsule.accept(message, p.get("owner"))

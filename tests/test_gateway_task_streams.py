@@ -246,3 +246,10 @@ def test_attachment_bytes(gateway):
     assert status == 404 and body == b""
     status, headers, body = Http(gateway.port).request("POST", attachment["url"])
     assert status == 405 and headers["allow"] == "GET" and body == b""
+
+
+def test_push_config_methods_and_extended_card_on_a_public_door(gateway):
+    for method in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
+                   "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig"):
+        assert rpc(gateway.port, method, {})[2]["error"]["code"] == -32003
+    assert rpc(gateway.port, "GetExtendedAgentCard", {})[2]["error"]["code"] == -32007

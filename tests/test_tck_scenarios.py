@@ -113,11 +113,22 @@ def test_subscriber_follows_an_input_required_task_to_its_end(gateway):
     ("artifact-file-url", {"url": "https://example.com/output.txt", "filename": "output.txt",
                            "mediaType": "text/plain"}),
     ("artifact-data", {"data": {"key": "value", "count": 42}}),
-    ("message-response", {"mediaType": "text/plain", "text": "Direct message response"}),
 ])
 def test_artifact_scripts(gateway, scenario, part):
     task = send(gateway, tck_message(scenario))
     assert state(task) == "completed" and response_parts(task) == [part]
+
+
+def test_message_response_answers_a_message_and_keeps_no_task(gateway):
+    _, _, before = rpc(gateway.port, "ListTasks", {})
+    status, _, body = rpc(gateway.port, "SendMessage", tck_message("message-response"))
+    message = body["result"]["message"]
+    json_format.Parse(orjson.dumps(body["result"]), a2a_pb2.SendMessageResponse(), ignore_unknown_fields=False)
+    assert message["role"] == "ROLE_AGENT" and message["parts"] == [
+        {"mediaType": "text/plain", "text": "Direct message response"}]
+    assert "taskId" not in message
+    _, _, after = rpc(gateway.port, "ListTasks", {})
+    assert after["result"]["totalSize"] == before["result"]["totalSize"]
 
 
 def test_reject_task_fails_with_its_error(gateway):

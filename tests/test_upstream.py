@@ -151,3 +151,12 @@ def test_a_sees_one_upstream_stream_per_b(tmp_path):
         finally:
             for w in watchers:
                 w.close()
+
+
+def test_card_is_the_upstreams_with_the_gateways_address(tmp_path):
+    with running_gateway(tmp_path=tmp_path) as a, front_of(a, tmp_path) as b:
+        card_a = orjson.loads(urllib.request.urlopen(f"http://127.0.0.1:{a.port}/.well-known/agent-card.json").read())
+        card_b = orjson.loads(urllib.request.urlopen(f"http://127.0.0.1:{b.port}/.well-known/agent-card.json").read())
+        assert card_b["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{b.port}/"
+        assert {**card_b, "supportedInterfaces": None} == {**card_a, "supportedInterfaces": None}
+        assert rpc(b.port, "GetExtendedAgentCard", {})[2]["error"]["code"] == -32007  # forwarded

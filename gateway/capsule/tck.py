@@ -17,8 +17,9 @@ used instead:
   whole text is the response;
 - input is asked for with a ``request-input`` tool call, as the ``input`` scenario does;
 - ``tck-reject-task`` (the TCK's agent raises an error) fails with ``error[rejected]: rejected``;
-- ``tck-message-response`` (the TCK's agent answers a Message, no task) completes a task whose
-  response is the message's text: SendMessage answers a Task here.
+- ``tck-message-response``: the TCK's agent answers a Message and keeps no task, so a
+  SendMessage of it is answered with ``message_response`` (no task is created); streamed, it
+  completes a task whose response is that text, since a stream always carries a task.
 """
 
 from __future__ import annotations
@@ -44,8 +45,19 @@ DATA = {"key": "value", "count": 42}
 Script = Callable[["Attempt", UserMessage], Awaitable["UserMessage | None"]]
 
 
+MESSAGE_RESPONSE_PREFIX = "tck-message-response"
+MESSAGE_RESPONSE_TEXT = "Direct message response"
+
+
 def is_tck(message: UserMessage) -> bool:
     return message.message_id.startswith(PREFIX)
+
+
+def message_response(message: UserMessage) -> dict | None:
+    """The Message a SendMessage of `tck-message-response` is answered with, else None."""
+    if message.task_id is not None or not message.message_id.startswith(MESSAGE_RESPONSE_PREFIX):
+        return None
+    return events.agent_message(MESSAGE_RESPONSE_TEXT, context_id=message.context_id or ids.new_context_id())
 
 
 def _artifact(part: dict) -> dict:
@@ -101,7 +113,7 @@ SCRIPTS: dict[str, Script] = {
     "tck-artifact-file": artifact(FILE_PART),
     "tck-artifact-file-url": artifact(FILE_URL_PART),
     "tck-artifact-data": artifact({"data": DATA}),
-    "tck-message-response": answer("Direct message response"),
+    MESSAGE_RESPONSE_PREFIX: answer(MESSAGE_RESPONSE_TEXT),
     "tck-input-required": input_required,
     "tck-reject-task": reject,
     "tck-stream-001": answer("Stream hello from TCK"),

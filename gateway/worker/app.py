@@ -39,8 +39,9 @@ from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK,
                                          LIST_TASKS, SEND_MESSAGE, SEND_STREAMING_MESSAGE,
                                          STOP_SESSION, SUBSCRIBE_TO_TASK, WATCH_SESSION)
-from gateway.protocol.errors import (INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
-                                     METHOD_NOT_FOUND, PARSE_ERROR, RpcError, check_version,
+from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNAL_ERROR,
+                                     INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+                                     PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
@@ -49,6 +50,9 @@ from gateway.worker.streams import Stream, TaskView
 
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
+# A2A's push-notification config methods: this door declares pushNotifications false.
+PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
+                       "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]
 JSON_HEAD = [(b"content-type", b"application/json")]
@@ -322,6 +326,8 @@ class RpcEndpoint:
         method = request.get("method")
         if not isinstance(method, str):
             raise RpcError(INVALID_REQUEST, "method must be a string")
+        if method in PUSH_CONFIG_METHODS:
+            raise RpcError(PUSH_NOTIFICATION_NOT_SUPPORTED, "this door does not support push notifications")
         if method not in METHODS:
             raise RpcError(METHOD_NOT_FOUND, f"method {method[:100]!r} not found")
         return method
@@ -334,6 +340,8 @@ class RpcEndpoint:
         who = caller.params()
         if method == SEND_MESSAGE:
             answer = await self.control.call("send", params=params, streaming=False, **who)
+            if "message" in answer:  # a capsule may answer a message with a message
+                return {"message": answer["message"]}
             return {"task": answer.get("task") or answer["rejected"]}
         if method == GET_TASK:
             return (await self.control.call("get", id=params.get("id"), **who))["task"]
@@ -344,6 +352,11 @@ class RpcEndpoint:
         if method == STOP_SESSION:
             await self.control.call("stop")
             return {}
+        if self.config.upstream:
+            return await self.control.call("extended_card")
+        if self.door.public:
+            raise RpcError(EXTENDED_AGENT_CARD_NOT_CONFIGURED,
+                           "this door declares no network.authentication, so it has no extended card")
         return agent_card(self.config, scope, extended=True)
 
     # --- streams ---
@@ -411,14 +424,26 @@ class RpcEndpoint:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
+def own_url(config: Config, scope: dict) -> str:
+    return "http://%s/" % (header(scope, b"host") or "%s:%d" % tuple(config.bind))
+
+
+def with_own_address(card: dict, scope: dict, config: Config) -> dict:
+    """The upstream's card, every interface pointing at this gateway instead."""
+    interfaces = card.get("supportedInterfaces")
+    if isinstance(interfaces, list):
+        card = {**card, "supportedInterfaces": [
+            {**i, "url": own_url(config, scope)} if isinstance(i, dict) else i for i in interfaces]}
+    return card
+
+
 def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
-    host = header(scope, b"host") or "%s:%d" % tuple(config.bind)
     frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
     streaming = config.lifecycle.task_acceptance != "none"
     card = {
         "name": "murmur-gateway",
         "description": "A murmur capsule served through murmur-gateway.",
-        "supportedInterfaces": [{"url": f"http://{host}/", "protocolBinding": "JSONRPC",
+        "supportedInterfaces": [{"url": own_url(config, scope), "protocolBinding": "JSONRPC",
                                  "protocolVersion": A2A_VERSION}],
         "version": "0.1.0",
         "capabilities": {
@@ -494,7 +519,14 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         if host not in card_cache:
             if len(card_cache) > 64:
                 card_cache.clear()
-            body = orjson.dumps(agent_card(config, request.scope))
+            if config.upstream:
+                try:
+                    found = await control.call("card")
+                except (RpcError, ConnectionError) as exc:
+                    return JSONResponse({"error": f"the upstream's agent card is not available: {exc}"}, 503)
+                body = orjson.dumps(with_own_address(found, request.scope, config))
+            else:
+                body = orjson.dumps(agent_card(config, request.scope))
             card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32])
         body, etag = card_cache[host]
         headers = {"cache-control": "public, max-age=300", "etag": etag}
