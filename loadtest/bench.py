@@ -351,7 +351,7 @@ def summarise(reports: list[dict], args) -> dict:
     one_worker = median(runs("gateway", "large-1worker"), lambda r: r["deliveries_per_s"])
     gateway[f"deliveries/s @ {args.large}, 1 worker"] = one_worker
     two = gateway[f"deliveries/s @ {args.large}"]
-    gateway[f"{args.workers} workers / 1 worker"] = two / one_worker if one_worker else None
+    gateway[f"{args.workers} workers / 1 worker"] = two / one_worker if two and one_worker else None
     return table
 
 

@@ -1,0 +1,124 @@
+"""Soak: a gateway under moderate load for a long time, watchers churning, resources sampled.
+
+Starts `python -m gateway --sim-load RATE`, then runs the load driver (`loadtest.driver`) in
+back-to-back cycles: each cycle opens `--watchers` new connections (resuming with
+`Last-Event-ID`, as reconnecting clients do), holds them for the cycle, checks every id, and
+closes them, so connections churn all along. Between cycles it samples the gateway's process
+tree: RSS, open file descriptors, and its /dev/shm segments. At the end it prints one JSON
+line comparing the first and the last `--window` minutes, and every cycle's figures.
+
+    python -m loadtest.soak --minutes 30 --watchers 300 --rate 100
+
+Everything is bounded: the cycle count follows from --minutes, each driver run has its own
+time limits, and the gateway is stopped (SIGTERM, then SIGKILL) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from loadtest import procstat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def open_fds(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            pass
+    return total
+
+
+def shm_bytes(supervisor: int) -> int:
+    return sum(os.path.getsize(path) for path in glob.glob(f"/dev/shm/murgw-{supervisor}-*"))
+
+
+def sample(supervisor: int) -> dict:
+    pids = procstat.tree(supervisor)
+    return {"t": time.time(), "rss_kib": procstat.rss_kib(pids), "fds": open_fds(pids),
+            "shm_bytes": shm_bytes(supervisor), "processes": len(pids)}
+
+
+def cycle(port: int, supervisor: int, args) -> dict:
+    cmd = [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{port}/",
+           "--watchers", str(args.watchers), "--duration", str(args.cycle - args.warmup - 2),
+           "--warmup", str(args.warmup), "--server-pid", str(supervisor), "--label", "soak"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.cycle * 3)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": done.stderr[-500:]}
+
+
+def mean(rows: list[dict], key: str) -> float:
+    values = [row[key] for row in rows if key in row]
+    return round(sum(values) / len(values), 1) if values else 0.0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--watchers", type=int, default=300)
+    p.add_argument("--rate", type=float, default=100.0, help="--sim-load events a second")
+    p.add_argument("--size", type=int, default=300)
+    p.add_argument("--cycle", type=float, default=60.0, help="seconds per churn cycle")
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--window", type=float, default=5.0, help="minutes compared at start and end")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    port = free_port()
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}", "--metrics-bind", "off",
+         "--workers", str(args.workers), "--sim-load", str(args.rate), "--sim-load-size", str(args.size),
+         "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = []
+    started = time.monotonic()
+    try:
+        time.sleep(3)
+        while time.monotonic() - started < args.minutes * 60:
+            report = cycle(port, gateway.pid, args)
+            rows.append({**sample(gateway.pid), "minute": round((time.monotonic() - started) / 60, 2),
+                         "opened": report.get("opened"), "failed": report.get("failed"),
+                         "deliveries_per_s": report.get("deliveries_per_s"),
+                         "events_lost": report.get("events_lost"),
+                         "unexplained_holes": report.get("unexplained_holes"),
+                         "order_violations": report.get("order_violations"),
+                         "latency_p99_ms": report.get("latency_ms", {}).get("p99")})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        try:
+            gateway.wait(15)
+        except subprocess.TimeoutExpired:
+            gateway.kill()
+    first = [r for r in rows if r["minute"] <= args.window]
+    last = [r for r in rows if r["minute"] >= rows[-1]["minute"] - args.window] if rows else []
+    summary = {key: {"first": mean(first, key), "last": mean(last, key)}
+               for key in ("rss_kib", "fds", "shm_bytes", "deliveries_per_s", "latency_p99_ms")}
+    print(json.dumps({"cycles": len(rows), "minutes": args.minutes, "watchers": args.watchers,
+                      "rate": args.rate, "summary": summary,
+                      "events_lost": sum(r["events_lost"] or 0 for r in rows),
+                      "unexplained_holes": sum(r["unexplained_holes"] or 0 for r in rows),
+                      "order_violations": sum(r["order_violations"] or 0 for r in rows),
+                      "failed_connections": sum(r["failed"] or 0 for r in rows),
+                      "shm_left_after_stop": shm_bytes(gateway.pid), "cycles_detail": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
