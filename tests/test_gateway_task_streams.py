@@ -253,3 +253,14 @@ def test_push_config_methods_and_extended_card_on_a_public_door(gateway):
                    "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig"):
         assert rpc(gateway.port, method, {})[2]["error"]["code"] == -32003
     assert rpc(gateway.port, "GetExtendedAgentCard", {})[2]["error"]["code"] == -32007
+
+
+def test_agent_card_is_cacheable(gateway):
+    status, headers, body = Http(gateway.port).request("GET", "/.well-known/agent-card.json")
+    card = orjson.loads(body)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert "max-age=" in headers["cache-control"] and headers["etag"] and headers["last-modified"]
+    assert [e["uri"] for e in card["capabilities"]["extensions"]][::2] == [DOOR_URI, STREAM_URI]
+    status, again, body = Http(gateway.port).request(
+        "GET", "/.well-known/agent-card.json", [("If-None-Match", headers["etag"])])
+    assert status == 304 and body == b"" and again["etag"] == headers["etag"]

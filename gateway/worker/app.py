@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email.utils
 import hashlib
 import hmac
 import os
@@ -512,7 +513,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
     rpc = RpcEndpoint(config, hub, control, counters)
-    card_cache: dict[str, tuple[bytes, str]] = {}
+    card_cache: dict[str, tuple[bytes, str, str]] = {}
 
     async def card(request: Request) -> Response:
         host = request.headers.get("host", "")
@@ -527,9 +528,11 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
                 body = orjson.dumps(with_own_address(found, request.scope, config))
             else:
                 body = orjson.dumps(agent_card(config, request.scope))
-            card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32])
-        body, etag = card_cache[host]
-        headers = {"cache-control": "public, max-age=300", "etag": etag}
+            card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
+                                email.utils.formatdate(usegmt=True))
+        body, etag, built = card_cache[host]
+        headers = {"cache-control": "public, max-age=300", "etag": etag, "last-modified": built,
+                   "vary": "host"}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
         return Response(body, media_type="application/json", headers=headers)
