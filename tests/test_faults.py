@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 
-import pytest
 
 from support import SSEStream, gone, item, rpc, running_gateway, user_message, wait_for
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
+from support import (Http, SSEStream, describe, item, rpc, running_gateway,
                      user_message, wait_for)
 
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"

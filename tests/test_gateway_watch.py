@@ -8,10 +8,8 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import socket
 import time
 
-import orjson
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI

@@ -8,7 +8,6 @@ from google.protobuf import json_format
 
 from gateway.protocol import events as ev
 from gateway.protocol import states
-from gateway.protocol.uris import STREAM_URI
 
 TASK_ID = "tsk_0199c4e2f1b7712a9d3e4f5061728394"
 CONTEXT_ID = "ctx_0199c4e2f1b7712a9d3e4f50617283a1"

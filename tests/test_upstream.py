@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 import urllib.request
 
 import orjson
-import pytest
 
 from support import (SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
                      task_id_of, user_message, wait_for)

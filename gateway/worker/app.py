@@ -21,7 +21,6 @@ import asyncio
 import base64
 import email.utils
 import hashlib
-import hmac
 import os
 import re
 
@@ -45,7 +44,10 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
-from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.worker.card import agent_card, with_own_address
+from gateway.worker.door import (CLOSE, NOSNIFF, Admission, Caller, Door, Refused,
+                                 header, header_values, is_json_content_type, nests_deeper,
+                                 respond, respond_bytes, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.streams import Stream, TaskView
 
@@ -56,174 +58,7 @@ PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificat
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]
-JSON_HEAD = [(b"content-type", b"application/json")]
-CLOSE = (b"connection", b"close")
-NOSNIFF = (b"x-content-type-options", b"nosniff")
-RETRY_AFTER_SECONDS = 1
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-class Refused(Exception):
-    """A door refusal with its own HTTP status and JSON body."""
-
-    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, list(headers)
-
-    async def send(self, send) -> None:
-        await respond(send, self.status, orjson.dumps({"error": self.message}), self.headers)
-
-
-class Caller:
-    """Who is asking: the owner name tasks are recorded under, and whether it sees all tasks."""
-
-    def __init__(self, owner: str | None, sees_all: bool):
-        self.owner, self.sees_all = owner, sees_all
-
-    def params(self) -> dict:
-        return {"owner": self.owner, "sees_all": self.sees_all}
-
-
-class Door:
-    """`[network.authentication]`: bearer tokens kept as sha256, compared in constant time.
-
-    Two steps, because the first needs only the request head: `authenticate` finds the token's
-    rule (401 when there is none), `authorize` checks its scope for the method (403). A task
-    belongs to the name of the rule whose token created it.
-    """
-
-    def __init__(self, config: Config):
-        self.rules = config.tokens
-
-    @property
-    def public(self) -> bool:
-        return not self.rules
-
-    def authenticate(self, authorization: str | None) -> TokenRule | None:
-        """The rule the bearer token matches; None on a public door."""
-        if self.public:
-            return None
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Refused(401, "this door requires Authorization: Bearer <token>",
-                          [(b"www-authenticate", b"Bearer")])
-        digest = hashlib.sha256(token.strip().encode()).hexdigest()
-        match = None
-        for rule in self.rules:  # every rule is compared, so timing says nothing of which
-            if hmac.compare_digest(rule.sha256, digest):
-                match = rule
-        if match is None:
-            raise Refused(401, "the bearer token is not valid for this door",
-                          [(b"www-authenticate", b'Bearer error="invalid_token"')])
-        return match
-
-    def authorize(self, rule: TokenRule | None, method: str) -> Caller:
-        if rule is None:
-            return Caller(None, True)
-        if "*" not in rule.scopes and method not in rule.scopes:
-            raise Refused(403, f"the token does not hold the {method} scope")
-        return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
-
-    def caller(self, authorization: str | None, method: str) -> Caller:
-        return self.authorize(self.authenticate(authorization), method)
-
-
-def header(scope: dict, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def header_values(scope: dict, name: bytes) -> list[str]:
-    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
-
-
-def is_json_content_type(value: str | None) -> bool:
-    if not value:
-        return False
-    media = value.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
-
-
-async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    """A JSON answer."""
-    await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
-
-
-async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
-def rpc_id_problem(rpc_id: object, max_chars: int) -> str | None:
-    """Why `rpc_id` is not an id this door answers to; None when it is one."""
-    if rpc_id is None or isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int)):
-        return "the request id must be a string or an integer"
-    if isinstance(rpc_id, int) and not -(1 << 63) <= rpc_id < 1 << 64:
-        return "the request id is out of range"
-    if isinstance(rpc_id, str) and len(rpc_id) > max_chars:
-        return f"the request id is longer than {max_chars} characters"
-    return None
-
-
-def rpc_id_of(request: object, max_chars: int):
-    """The id an error answer echoes: the request's, when it is a valid one, else null."""
-    if isinstance(request, dict) and rpc_id_problem(request.get("id"), max_chars) is None:
-        return request["id"]
-    return None
-
-
-def nests_deeper(value: object, limit: int) -> bool:
-    """Whether arrays and objects in `value` nest more than `limit` levels (`{}` is one)."""
-    level = [value] if isinstance(value, (dict, list)) else []
-    depth = 0
-    while level:
-        depth += 1
-        if depth > limit:
-            return True
-        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
-                 if isinstance(child, (dict, list))]
-    return False
-
-
-class Admission:
-    """What every request passes before any route: the worker's open-request limit and the head
-    limits. hypercorn bounds what it buffers of an unfinished head (process.py); this checks
-    the finished head, so a refusal can carry a JSON body."""
-
-    def __init__(self, app, config: Config, counters: Counters):
-        self.app, self.config, self.counters = app, config, counters
-        self.open = 0
-
-    def _refusal(self, scope: dict) -> Refused | None:
-        headers = scope["headers"]
-        if len(headers) > self.config.max_headers:
-            return Refused(431, f"the request has more than {self.config.max_headers} header lines", [CLOSE])
-        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + sum(
-            len(name) + len(value) for name, value in headers)
-        if size > self.config.max_header_bytes:
-            return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
-        if self.open >= self.config.max_connections:
-            return Refused(503, "this worker is serving as many requests as it may; retry shortly",
-                           [(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
-        return None
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
-            return
-        self.open += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.open -= 1
 
 
 class RpcEndpoint:
@@ -423,56 +258,6 @@ class RpcEndpoint:
         if value:
             headers.append((b"a2a-extensions", value.encode()))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-
-
-def own_url(config: Config, scope: dict) -> str:
-    return "http://%s/" % (header(scope, b"host") or "%s:%d" % tuple(config.bind))
-
-
-def with_own_address(card: dict, scope: dict, config: Config) -> dict:
-    """The upstream's card, every interface pointing at this gateway instead."""
-    interfaces = card.get("supportedInterfaces")
-    if isinstance(interfaces, list):
-        card = {**card, "supportedInterfaces": [
-            {**i, "url": own_url(config, scope)} if isinstance(i, dict) else i for i in interfaces]}
-    return card
-
-
-def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
-    frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
-    streaming = config.lifecycle.task_acceptance != "none"
-    card = {
-        "name": "murmur-gateway",
-        "description": "A murmur capsule served through murmur-gateway.",
-        "supportedInterfaces": [{"url": own_url(config, scope), "protocolBinding": "JSONRPC",
-                                 "protocolVersion": A2A_VERSION}],
-        "version": "0.1.0",
-        "capabilities": {
-            "streaming": streaming,
-            "pushNotifications": False,
-            "extensions": [
-                {"uri": DOOR_URI, "description": "The murmur door: session control and forgetSession.",
-                 "required": False},
-                {"uri": CAPSULE_URI, "description": "The murmur capsule's session and task model.",
-                 "required": False},
-                {"uri": STREAM_URI,
-                 "description": "The murmur frames this capsule writes in addition to the A2A v1.0 events: "
-                                "sent on SendStreamingMessage and SubscribeToTask when the request's "
-                                "A2A-Extensions header names this URI, and always on murmur.WatchSession. "
-                                "Each is carried in a StreamResponse under metadata keyed by this URI.",
-                 "required": False, "params": {"frames": frames}},
-            ],
-            "extendedAgentCard": bool(config.tokens),
-        },
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "capsule", "name": "capsule", "description": "Runs tasks sent as messages.",
-                    "tags": ["murmur"]}],
-    }
-    if config.tokens:
-        card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
-        card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
-    return card
 
 
 class AttachmentEndpoint:

@@ -1,0 +1,60 @@
+"""The agent card this door serves: its own, or (upstream mode) the upstream's with this
+gateway's address in every interface. `capabilities.extensions` lists the door, capsule and
+stream extensions in that order (INTERFACES.md)."""
+
+from __future__ import annotations
+
+from gateway.config import Config
+from gateway.protocol import events
+from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.worker.door import header
+
+
+def own_url(config: Config, scope: dict) -> str:
+    return "http://%s/" % (header(scope, b"host") or "%s:%d" % tuple(config.bind))
+
+
+def with_own_address(card: dict, scope: dict, config: Config) -> dict:
+    """The upstream's card, every interface pointing at this gateway instead."""
+    interfaces = card.get("supportedInterfaces")
+    if isinstance(interfaces, list):
+        card = {**card, "supportedInterfaces": [
+            {**i, "url": own_url(config, scope)} if isinstance(i, dict) else i for i in interfaces]}
+    return card
+
+
+def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
+    frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
+    streaming = config.lifecycle.task_acceptance != "none"
+    card = {
+        "name": "murmur-gateway",
+        "description": "A murmur capsule served through murmur-gateway.",
+        "supportedInterfaces": [{"url": own_url(config, scope), "protocolBinding": "JSONRPC",
+                                 "protocolVersion": A2A_VERSION}],
+        "version": "0.1.0",
+        "capabilities": {
+            "streaming": streaming,
+            "pushNotifications": False,
+            "extensions": [
+                {"uri": DOOR_URI, "description": "The murmur door: session control and forgetSession.",
+                 "required": False},
+                {"uri": CAPSULE_URI, "description": "The murmur capsule's session and task model.",
+                 "required": False},
+                {"uri": STREAM_URI,
+                 "description": "The murmur frames this capsule writes in addition to the A2A v1.0 events: "
+                                "sent on SendStreamingMessage and SubscribeToTask when the request's "
+                                "A2A-Extensions header names this URI, and always on murmur.WatchSession. "
+                                "Each is carried in a StreamResponse under metadata keyed by this URI.",
+                 "required": False, "params": {"frames": frames}},
+            ],
+            "extendedAgentCard": bool(config.tokens),
+        },
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "capsule", "name": "capsule", "description": "Runs tasks sent as messages.",
+                    "tags": ["murmur"]}],
+    }
+    if config.tokens:
+        card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+        card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+    return card
