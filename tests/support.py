@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -77,7 +78,8 @@ class Gateway:
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
                     tmp_path=None, env: dict | None = None) -> Iterator[Gateway]:
     """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit."""
-    stderr_path = os.path.join(str(tmp_path) if tmp_path else "/tmp", f"gateway-{os.getpid()}-{time.monotonic_ns()}.err")
+    stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
+    stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
            "--heartbeat-interval", str(heartbeat),
            "--metrics-bind", "127.0.0.1:0" if metrics else "off", *args]
@@ -97,6 +99,8 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if not tmp_path:  # a log of our own making: gone with the gateway
+            shutil.rmtree(stderr_dir, ignore_errors=True)
         # A test that SIGKILLed the supervisor leaves its segments behind: remove them.
         for leftover in glob.glob(f"/dev/shm/murgw-{proc.pid}-*") + glob.glob(
                 os.path.join(tempfile.gettempdir(), f"murgw-{proc.pid}-*.sock")):
