@@ -161,12 +161,7 @@ class Sequencer:
             self.capsule.reply(task, message)
         if tck.is_tck(message) and not p.get("streaming") and not returns_immediately(p.get("params")):
             await self._settled(task)
-            return {"task": task.snapshot(), "key": task.key}
-        snapshot = task.snapshot()
-        if message.task_id is not None and snapshot["status"]["state"] == states.WORKING:
-            # spec: "No message on the opening `task` of a continued task"
-            snapshot["status"] = {k: v for k, v in snapshot["status"].items() if k != "message"}
-        return {"task": snapshot, "key": task.key}
+        return {"task": task.snapshot(), "key": task.key}
 
     async def _settled(self, task: Task) -> None:
         """Until the task ends or asks for input: how A2A's SendMessage answers unless told

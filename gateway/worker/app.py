@@ -225,6 +225,10 @@ class RpcEndpoint:
                     rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
                     await send({"type": "http.response.body", "body": rejected})
                     return
+                if isinstance(params["message"].get("taskId"), str):
+                    # spec: "No message on the opening `task` of a continued task"
+                    status = answer["task"]["status"]
+                    answer["task"]["status"] = {k: v for k, v in status.items() if k != "message"}
             else:
                 answer = await self.control.call("subscribe", id=params.get("id"), **who)
             task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
