@@ -13,6 +13,7 @@ counters stay monotonic, and then cleared.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from typing import Iterable
 
 from shm import CounterBlocks
@@ -104,14 +105,10 @@ class Counters:
         self.words[OFFSETS[(name, label)]] -= n
 
     def observe(self, name: str, value: float, label: str = "") -> None:
-        buckets, scale = HISTOGRAMS[name][3], HISTOGRAMS[name][4]
+        _help, _label, _values, buckets, scale = HISTOGRAMS[name]
         base = OFFSETS[(name, label)]
-        for i, bound in enumerate(buckets):
-            if value <= bound:
-                self.words[base + i] += 1
-                break
-        else:
-            self.words[base + len(buckets)] += 1
+        # the first bucket whose bound is >= value (+Inf past the last): le semantics
+        self.words[base + bisect_left(buckets, value)] += 1
         self.words[base + len(buckets) + 1] += max(0, int(value * scale))
 
     def close(self) -> None:

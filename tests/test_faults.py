@@ -150,6 +150,14 @@ def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
             rss_before = _rss(worker)
             time.sleep(5)
             rss_after = _rss(worker)
+            stop_all(readers)
+            # Five stalled watchers read again: each is written one `lagged` frame naming
+            # the events it skipped, and every hole in its ids is one of those.
+            resumed = [Recorder(stream) for stream in stalled[:5]]
+            for recorder in resumed:
+                recorder.start()
+            wait_for(lambda: all(r.missed() > 0 for r in resumed), what="lagged frames", timeout=20)
+            stop_all(resumed)
         finally:
             stop_all(readers)
             for stream in stalled:
@@ -157,6 +165,8 @@ def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
         for r in readers:
             ids_explained(r)
             assert r.missed() == 0
+        for r in resumed:
+            ids_explained(r, first=r.ids()[0])
         assert "SSE broadcast lagged by" in gw.stderr()
         # 40 stalled connections over 5,000 events of ~400 bytes: bounded by socket buffers,
         # not by the events written (~80 MB if every connection buffered them).

@@ -45,6 +45,7 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.worker.card import agent_card, with_own_address
+from gateway.worker.direct import RAW_SEND
 from gateway.worker.door import (CLOSE, NOSNIFF, Admission, Caller, Door, Refused,
                                  header, header_values, is_json_content_type, nests_deeper,
                                  respond, respond_bytes, rpc_id_of, rpc_id_problem)
@@ -213,7 +214,7 @@ class RpcEndpoint:
         parts: list[bytes] = []
         if method == WATCH_SESSION:
             stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
-                            counters=self.counters, control=self.control)
+                            counters=self.counters, control=self.control, raw_send=scope.get(RAW_SEND))
             parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
             ended = self._open_replay(stream, scope, parts, noted, watch=True)
         else:
@@ -234,7 +235,7 @@ class RpcEndpoint:
             task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
             stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
                             counters=self.counters, control=self.control, task=task,
-                            activated=activated)
+                            activated=activated, raw_send=scope.get(RAW_SEND))
             parts.append(stream.unnumbered(events.task_event(answer["task"])))
             ended = self._open_replay(stream, scope, parts, noted, watch=False)
         await self._start(send, method, activated, door_used)

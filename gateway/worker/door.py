@@ -17,6 +17,7 @@ import orjson
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.direct import RAW_SEND
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
@@ -181,6 +182,7 @@ class Admission:
             await refusal.send(send)
             return
         self.open += 1
+        scope[RAW_SEND] = send  # a stream's direct body is found behind it (direct.py)
         try:
             await self.app(scope, receive, send)
         finally:

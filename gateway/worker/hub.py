@@ -3,8 +3,9 @@
 The pump copies each new ring record once into a local 512-entry window when the sequencer
 wakes the worker; every open stream then walks that window from its own integer cursor.
 An idle stream costs a cursor, never a buffer. Each entry caches the event's bytes joined
-with a few JSON-RPC request ids (most watchers send the same id), so the join happens once
-per event and id, not once per connection.
+with a few JSON-RPC request ids (most watchers send the same id), and each pass caches the
+joined batch per (cursor, id) (`batch`): watchers in step share one join per pass, so a
+watcher's share of a pass is its `transport.write`.
 
 Wake-up protocol (control_words.ARMED): before sleeping the worker sets its armed word and
 re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
@@ -38,6 +39,7 @@ POLL_SECONDS = 0.05
 COALESCE_SECONDS = 0.002
 COALESCE_MIN_STREAMS = 64
 MAX_CACHED_JOINS = 4
+MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
 
 
 class Entry:
@@ -84,6 +86,7 @@ class Hub:
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._batches: dict[tuple[int, bytes, bool], tuple[bytes | None, int]] = {}
 
     # --- the pump ---
 
@@ -140,6 +143,7 @@ class Hub:
                 if entry is not None:
                     keys.add(entry.key)
             self.head = target
+            self._batches.clear()
         self.oldest = ring.oldest
         closed_at = words[control_words.SESSION_CLOSED]
         closing = self.closing or bool(words[control_words.CLOSING])
@@ -162,11 +166,11 @@ class Hub:
     def _notify(self, keys: set[int]) -> None:
         everyone = self.closing or self.session_closed_at
         for stream in self.watchers:
-            stream.poke()
+            stream.wake()
         for key, streams in self.task_streams.items():
             if everyone or key in keys:
                 for stream in streams:
-                    stream.poke()
+                    stream.wake()
             else:
                 for stream in streams:
                     stream.skip_idle(self.head)
@@ -174,6 +178,26 @@ class Hub:
     def entry(self, event_id: int) -> Entry | None:
         entry = self.window[event_id % self.slots]
         return entry if entry is not None and entry.id == event_id else None
+
+    def batch(self, cursor: int, prefix: bytes, plain: bool) -> tuple[bytes | None, int]:
+        """Every event after `cursor` up to the head, joined for a watcher whose JSON-RPC
+        prefix is `prefix`, and how many; None when one is missing from the window (the
+        caller then walks it event by event and accounts for the hole). Cached until the
+        head moves, so a thousand watchers in step share one join."""
+        key = (cursor, prefix, plain)
+        found = self._batches.get(key)
+        if found is None:
+            wires = []
+            for event_id in range(cursor + 1, self.head + 1):
+                entry = self.entry(event_id)
+                if entry is None:
+                    wires = None
+                    break
+                wires.append(entry.wire(prefix, plain))
+            found = (None, 0) if wires is None else (b"".join(wires), len(wires))
+            if len(self._batches) < MAX_BATCHES:
+                self._batches[key] = found
+        return found
 
     @property
     def next_id(self) -> int:

@@ -2,13 +2,18 @@
 
 A stream owns an integer cursor into the worker's window (`Hub`). At each wake-up it takes
 every pending event its filter accepts and writes them, with a due heartbeat, in **one**
-ASGI send. The lag rule lives here, once:
+write. Where the connection has a direct body (direct.py: hypercorn's HTTP/1.1 path), a
+parked stream is written by the hub's pass itself (`wake`), with no coroutine switch; its
+coroutine (`serve`) only opens, ends, waits out a full buffer and makes the task lookups
+that need an await. Elsewhere each wake-up resumes `serve`, which makes one ASGI send.
+The lag rule lives here, once:
 
     A connection more than 128 events behind the ring head skips to head - 128 and, when
     activated, writes one `lagged` frame naming the events it skipped (other tasks' too)
     before the next event it receives. It stays open, and the worker logs
-    "SSE broadcast lagged by <n> events". A client that stops reading blocks its own
-    `send`; its cursor stays behind, so it lags rather than being buffered without bound.
+    "SSE broadcast lagged by <n> events". A client that stops reading fills its transport
+    buffer past the high-water mark: its stream stops writing and waits for the buffer to
+    drain, its cursor stays behind, so it lags rather than being buffered without bound.
 
 A task stream that lost events may have lost its ending: from the first loss on it asks the
 sequencer for its task's state at each heartbeat and writes the ending it finds (spec
@@ -27,7 +32,9 @@ from gateway import logs, records
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.protocol import events, sse, states
-from gateway.protocol.lag import skip_lag
+from gateway.protocol.lag import LAG_LIMIT, skip_lag
+from gateway.worker import direct
+from gateway.worker.direct import DirectBody
 from gateway.worker.hub import Entry, Hub
 
 Send = Callable[[dict], Awaitable[None]]
@@ -50,9 +57,10 @@ class TaskView:
 class Stream:
     def __init__(self, hub: Hub, send: Send, receive: Receive, *, endpoint: str,
                  rpc_id_json: bytes, counters: Counters, control: ControlClient,
-                 task: TaskView | None = None, activated: bool = True):
+                 task: TaskView | None = None, activated: bool = True, raw_send: Send | None = None):
         self.hub = hub
         self._send = send
+        self._raw_send = raw_send
         self._receive = receive
         self.endpoint = endpoint
         self.rpc_id_json = rpc_id_json
@@ -64,32 +72,52 @@ class Stream:
         self.plain = not activated
         self.cursor = 0
         self.open = True
+        self.ended = False
         self.disconnected = False
         self.lost = False  # a task stream lost an event: it checks its task at heartbeats
         self.last_state = task.opening_state if task else None
+        self.direct: DirectBody | None = None
         self._pending_missed = 0
         self._heartbeat_due: float | None = None
+        self._check_due = False
         self._session_changed = False
         self._waiter: asyncio.Future | None = None
 
     # --- called by the hub ---
 
+    def _parked(self) -> bool:
+        return self._waiter is not None and not self._waiter.done()
+
     def poke(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
+        if self._parked():
             self._waiter.set_result(None)
+
+    def wake(self) -> None:
+        """Something to write (events, a heartbeat, a session change). A stream parked on a
+        direct body writes it here and now, in the hub's pass, without a coroutine switch;
+        whatever needs an await (a full buffer, a task check, the end) goes to `serve`."""
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # running: `serve` looks for work before it parks again
+        if self.direct is None or self.hub.closing or self.disconnected or self._check_due:
+            waiter.set_result(None)
+            return
+        self._write_direct(self._gather())
+        if self.ended or self._must_wait():
+            waiter.set_result(None)
 
     def skip_idle(self, head: int) -> None:
         """Events of other tasks arrived while this task stream was idle: it is not behind."""
-        if self._waiter is not None and not self._waiter.done():
+        if self._parked():
             self.cursor = head
 
     def heartbeat_due(self, due: float) -> None:
         self._heartbeat_due = due
-        self.poke()
+        self.wake()
 
     def session_changed(self) -> None:
         self._session_changed = True
-        self.poke()
+        self.wake()
 
     # --- writing ---
 
@@ -138,21 +166,32 @@ class Stream:
 
     def _collect(self, parts: list[bytes]) -> bool:
         """Every pending event this stream accepts; True when the stream must end after them."""
-        head = self.hub.head
-        if head <= self.cursor:
+        hub = self.hub
+        head, cursor = hub.head, self.cursor
+        if head <= cursor:
             return False
-        self.counters.observe("reader_lag_events", head - self.cursor, self.endpoint)
-        cursor, missed = skip_lag(self.cursor, head)
+        self.counters.observe("reader_lag_events", head - cursor, self.endpoint)
+        if self.task is None and not self._pending_missed and head - cursor <= LAG_LIMIT:
+            # A watcher takes every event: watchers at the same cursor with the same request
+            # id write the same bytes, so the hub joins them once per pass (`Hub.batch`).
+            batch, delivered = hub.batch(cursor, self.prefix, self.plain)
+            if batch is not None:
+                parts.append(batch)
+                self.cursor = head
+                self.counters.add("events_delivered", delivered, self.endpoint)
+                return False
+        cursor, missed = skip_lag(cursor, head)
         delivered = 0
         for event_id in range(cursor + 1, head + 1):
-            entry = self.hub.entry(event_id)
+            entry = hub.entry(event_id)
             if entry is None:  # the pump lost it, or the ring overwrote it mid-copy
                 missed += 1
                 continue
             if not self.accepts(entry):
                 continue
-            self._note_missed(missed)
-            missed = 0
+            if missed:
+                self._note_missed(missed)
+                missed = 0
             self.take(entry, parts)
             delivered += 1
             if self.ends_at(entry, live=True):
@@ -171,27 +210,66 @@ class Stream:
             self.counters.add("events_lost_to_lag", missed, self.endpoint)
             log.warning(f"SSE broadcast lagged by {missed} events", endpoint=self.endpoint)
 
-    async def _check_lost_task(self, parts: list[bytes]) -> bool:
-        """A lagged task stream's heartbeat check: write the ending it finds, True to end."""
+    def _gather(self) -> bytes:
+        """What is due now: pending events, a due heartbeat, the session's end. Sets `ended`,
+        and `_check_due` when a lagged task stream must look its task up (an await)."""
+        parts: list[bytes] = []
+        self.ended = self._collect(parts)
+        if self._heartbeat_due is not None:
+            self.counters.observe("heartbeat_jitter_seconds", time.monotonic() - self._heartbeat_due)
+            self.counters.add("heartbeats")
+            self._heartbeat_due = None
+            parts.append(sse.HEARTBEAT)
+            self._check_due = self.lost and self.task is not None and not self.ended
+        closed_at = self.hub.session_closed_at
+        if self._session_changed or (closed_at and self.cursor >= closed_at - 1):
+            if self.task is None:
+                parts.append(self.connection_frame(events.capsule_closed_frame()))
+            self.ended = True
+        return b"".join(parts)
+
+    async def _check_lost_task(self) -> bytes:
+        """A lagged task stream's heartbeat check: the ending it finds (and `ended`), or b""."""
         try:
             found = await self.control.call("get", id=self.task.id)
         except Exception:
-            return False
+            return b""
         snapshot = found["task"]
         status = snapshot["status"]
+        parts: list[bytes] = []
         if states.is_terminal(status["state"]):
             for artifact in snapshot.get("artifacts", ()):
                 if artifact.get("name") == events.RESPONSE_ARTIFACT_NAME:
                     parts.append(self.unnumbered(
                         events.artifact_update(self.task.id, self.task.context_id, artifact)))
             parts.append(self.unnumbered(events.status_update(self.task.id, self.task.context_id, status)))
-            return True
-        if status["state"] == states.INPUT_REQUIRED and self.task.ends_on_input:
+            self.ended = True
+        elif status["state"] == states.INPUT_REQUIRED and self.task.ends_on_input:
             parts.append(self.unnumbered(events.status_update(self.task.id, self.task.context_id, status)))
-            return True
-        return False
+            self.ended = True
+        return b"".join(parts)
+
+    def _must_wait(self) -> bool:
+        """Whether the next step needs `serve`'s awaits."""
+        return (self.disconnected or self._check_due
+                or (self.direct is not None and (self.direct.blocked or self.direct.closed)))
+
+    def _write_direct(self, body: bytes) -> None:
+        if not body:
+            return
+        if self.direct.closed:
+            self.disconnected = True
+            return
+        self.direct.write(body)
+        self.counters.add("sends", label=self.endpoint)
 
     async def write(self, body: bytes) -> None:
+        if not body:
+            return
+        if self.direct is not None:
+            self._write_direct(body)
+            await self._drain()
+            return
         try:
             await self._send({"type": "http.response.body", "body": body, "more_body": True})
         except Exception:  # the peer went away mid-write
@@ -199,9 +277,19 @@ class Stream:
             return
         self.counters.add("sends", label=self.endpoint)
 
+    async def _drain(self) -> None:
+        if self.direct.closed:
+            self.disconnected = True
+        elif self.direct.blocked:
+            try:
+                await self.direct.drain()
+            except Exception:  # the peer went away while we waited
+                self.disconnected = True
+
     def _has_work(self) -> bool:
         return (self.hub.head > self.cursor or self._heartbeat_due is not None or self.disconnected
-                or self.hub.closing or bool(self.hub.session_closed_at) or self._session_changed)
+                or self.hub.closing or bool(self.hub.session_closed_at) or self._session_changed
+                or self.ended or self._must_wait())
 
     async def _watch_disconnect(self) -> None:
         while True:
@@ -212,39 +300,33 @@ class Stream:
                 return
 
     async def serve(self, opening: bytes, ended: bool = False) -> None:
-        """Write the opening (head, ack or task, replay), then live events until the end."""
+        """Write the opening (head, ack or task, replay), then live events until the end.
+        Between wake-ups the stream parks; with a direct body the hub writes for it (`wake`)."""
         loop = asyncio.get_running_loop()
         watcher = loop.create_task(self._watch_disconnect())
+        self.ended = ended
+        self.direct = direct.find(self._raw_send)
         self.hub.add(self, None if self.task is None else self.task.key)
         self.counters.add("connections_open", label=self.endpoint)
         self.counters.add("connections", label=self.endpoint)
         try:
             await self.write(opening)
-            while not ended and not self.disconnected:
+            while not self.ended and not self.disconnected:
+                if self.direct is not None:
+                    await self._drain()
                 if not self._has_work():
                     self._waiter = loop.create_future()
                     try:
                         await self._waiter
                     finally:
                         self._waiter = None
-                if self.disconnected or self.hub.closing:
+                if self.disconnected or self.hub.closing or self.ended:  # `wake` may have ended it
                     break
-                parts: list[bytes] = []
-                ended = self._collect(parts)
-                if self._heartbeat_due is not None:
-                    self.counters.observe("heartbeat_jitter_seconds", time.monotonic() - self._heartbeat_due)
-                    self.counters.add("heartbeats")
-                    self._heartbeat_due = None
-                    parts.append(sse.HEARTBEAT)
-                    if self.lost and self.task is not None and not ended:
-                        ended = await self._check_lost_task(parts)
-                closed_at = self.hub.session_closed_at
-                if self._session_changed or (closed_at and self.cursor >= closed_at - 1):
-                    if self.task is None:
-                        parts.append(self.connection_frame(events.capsule_closed_frame()))
-                    ended = True
-                if parts:
-                    await self.write(b"".join(parts))
+                if self._check_due:
+                    self._check_due = False
+                    await self.write(await self._check_lost_task())
+                    continue
+                await self.write(self._gather())
             if not self.disconnected:
                 try:
                     await self._send({"type": "http.response.body", "body": b"", "more_body": False})
