@@ -104,12 +104,12 @@ class Counters:
     def sub(self, name: str, n: int = 1, label: str = "") -> None:
         self.words[OFFSETS[(name, label)]] -= n
 
-    def observe(self, name: str, value: float, label: str = "") -> None:
+    def observe(self, name: str, value: float, label: str = "", times: int = 1) -> None:
         _help, _label, _values, buckets, scale = HISTOGRAMS[name]
         base = OFFSETS[(name, label)]
         # the first bucket whose bound is >= value (+Inf past the last): le semantics
-        self.words[base + bisect_left(buckets, value)] += 1
-        self.words[base + len(buckets) + 1] += max(0, int(value * scale))
+        self.words[base + bisect_left(buckets, value)] += times
+        self.words[base + len(buckets) + 1] += max(0, int(value * scale)) * times
 
     def close(self) -> None:
         self._blocks.close()  # releases every view of the block, ours included

@@ -26,6 +26,8 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway import control_words, records
+from gateway.metrics import Counters
+from gateway.protocol.activation import WATCH_SESSION
 from gateway.protocol import sse
 from shm import Ring
 
@@ -64,9 +66,21 @@ class Entry:
         return joined
 
 
+class Batch:
+    """Every event after one cursor up to the head, joined for one request id, and how many
+    watchers took it this pass: their metrics are counted once per batch (`Hub._count`)."""
+
+    __slots__ = ("body", "events", "lag", "takers")
+
+    def __init__(self, body: bytes, events: int, lag: int):
+        self.body, self.events, self.lag, self.takers = body, events, lag, 0
+
+
 class Hub:
-    def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float):
+    def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
+                 counters: Counters):
         self.ring = ring
+        self.counters = counters
         self.wake_sock = wake_sock
         self.index = index
         self.interval = interval
@@ -86,7 +100,7 @@ class Hub:
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._batches: dict[tuple[int, bytes, bool], tuple[bytes | None, int]] = {}
+        self._batches: dict[tuple[int, bytes, bool], Batch | None] = {}
 
     # --- the pump ---
 
@@ -142,8 +156,9 @@ class Hub:
                 self.window[event_id % self.slots] = entry
                 if entry is not None:
                     keys.add(entry.key)
-            self.head = target
+            self._count_batches()
             self._batches.clear()
+            self.head = target
         self.oldest = ring.oldest
         closed_at = words[control_words.SESSION_CLOSED]
         closing = self.closing or bool(words[control_words.CLOSING])
@@ -161,42 +176,61 @@ class Hub:
         self.head = self.oldest = 0
         self.epoch = epoch
         for stream in self.all_streams():
-            stream.session_changed()
+            if stream.session_changed():
+                self.counters.add("sends", label=stream.endpoint)
 
     def _notify(self, keys: set[int]) -> None:
         everyone = self.closing or self.session_closed_at
+        sends = 0
         for stream in self.watchers:
-            stream.wake()
+            sends += stream.wake()
+        if sends:
+            self.counters.add("sends", sends, WATCH_SESSION)
         for key, streams in self.task_streams.items():
             if everyone or key in keys:
                 for stream in streams:
-                    stream.wake()
+                    if stream.wake():
+                        self.counters.add("sends", label=stream.endpoint)
             else:
                 for stream in streams:
                     stream.skip_idle(self.head)
+        self._count_batches()
+
+    def _count_batches(self) -> None:
+        """The metrics of every watcher that took a batch since the last count."""
+        for batch in self._batches.values():
+            if batch is not None and batch.takers:
+                self.counters.add("events_delivered", batch.events * batch.takers, WATCH_SESSION)
+                self.counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, batch.takers)
+                batch.takers = 0
 
     def entry(self, event_id: int) -> Entry | None:
         entry = self.window[event_id % self.slots]
         return entry if entry is not None and entry.id == event_id else None
 
-    def batch(self, cursor: int, prefix: bytes, plain: bool) -> tuple[bytes | None, int]:
+    def batch(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
         """Every event after `cursor` up to the head, joined for a watcher whose JSON-RPC
-        prefix is `prefix`, and how many; None when one is missing from the window (the
-        caller then walks it event by event and accounts for the hole). Cached until the
-        head moves, so a thousand watchers in step share one join."""
+        prefix is `prefix`; None when one is missing from the window (the caller then walks
+        it event by event and accounts for the hole). Cached until the head moves, so a
+        thousand watchers in step share one join."""
         key = (cursor, prefix, plain)
-        found = self._batches.get(key)
-        if found is None:
-            wires = []
-            for event_id in range(cursor + 1, self.head + 1):
-                entry = self.entry(event_id)
-                if entry is None:
-                    wires = None
-                    break
-                wires.append(entry.wire(prefix, plain))
-            found = (None, 0) if wires is None else (b"".join(wires), len(wires))
-            if len(self._batches) < MAX_BATCHES:
-                self._batches[key] = found
+        try:
+            return self._batches[key]
+        except KeyError:
+            pass
+        wires = []
+        for event_id in range(cursor + 1, self.head + 1):
+            entry = self.entry(event_id)
+            if entry is None:
+                wires = None
+                break
+            wires.append(entry.wire(prefix, plain))
+        found = None if wires is None else Batch(b"".join(wires), len(wires), self.head - cursor)
+        if len(self._batches) < MAX_BATCHES:
+            self._batches[key] = found
+        elif found is not None:  # not kept, so not counted later: its one taker counts now
+            self.counters.add("events_delivered", found.events, WATCH_SESSION)
+            self.counters.observe("reader_lag_events", found.lag, WATCH_SESSION)
         return found
 
     @property
@@ -253,6 +287,7 @@ class Hub:
         while self._due and self._due[0][0] <= now:
             due, _, stream = heapq.heappop(self._due)
             if stream.open:
-                stream.heartbeat_due(due)
+                if stream.heartbeat_due(due):
+                    self.counters.add("sends", label=stream.endpoint)
                 heapq.heappush(self._due, (due + self.interval, next(self._order), stream))
         self._arm_timer()

@@ -52,7 +52,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_name: st
               counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
     ring = Ring.attach(ring_name)
     counters = Counters.attach(counters_name, "worker", index)
-    hub = Hub(ring, wake_sock, index, config.heartbeat_interval)
+    hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
     control = ControlClient(control_path)
     app = create_app(config, hub, control, counters)
     stop = asyncio.Event()

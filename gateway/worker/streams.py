@@ -92,32 +92,34 @@ class Stream:
         if self._parked():
             self._waiter.set_result(None)
 
-    def wake(self) -> None:
+    def wake(self) -> bool:
         """Something to write (events, a heartbeat, a session change). A stream parked on a
         direct body writes it here and now, in the hub's pass, without a coroutine switch;
-        whatever needs an await (a full buffer, a task check, the end) goes to `serve`."""
+        whatever needs an await (a full buffer, a task check, the end) goes to `serve`.
+        True when it wrote (the hub counts the sends of its pass)."""
         waiter = self._waiter
         if waiter is None or waiter.done():
-            return  # running: `serve` looks for work before it parks again
+            return False  # running: `serve` looks for work before it parks again
         if self.direct is None or self.hub.closing or self.disconnected or self._check_due:
             waiter.set_result(None)
-            return
-        self._write_direct(self._gather())
+            return False
+        wrote = self._write_direct(self._gather())
         if self.ended or self._must_wait():
             waiter.set_result(None)
+        return wrote
 
     def skip_idle(self, head: int) -> None:
         """Events of other tasks arrived while this task stream was idle: it is not behind."""
         if self._parked():
             self.cursor = head
 
-    def heartbeat_due(self, due: float) -> None:
+    def heartbeat_due(self, due: float) -> bool:
         self._heartbeat_due = due
-        self.wake()
+        return self.wake()
 
-    def session_changed(self) -> None:
+    def session_changed(self) -> bool:
         self._session_changed = True
-        self.wake()
+        return self.wake()
 
     # --- writing ---
 
@@ -170,16 +172,16 @@ class Stream:
         head, cursor = hub.head, self.cursor
         if head <= cursor:
             return False
-        self.counters.observe("reader_lag_events", head - cursor, self.endpoint)
         if self.task is None and not self._pending_missed and head - cursor <= LAG_LIMIT:
             # A watcher takes every event: watchers at the same cursor with the same request
-            # id write the same bytes, so the hub joins them once per pass (`Hub.batch`).
-            batch, delivered = hub.batch(cursor, self.prefix, self.plain)
+            # id write the same bytes, so the hub joins them, and counts them, once per pass.
+            batch = hub.batch(cursor, self.prefix, self.plain)
             if batch is not None:
-                parts.append(batch)
+                batch.takers += 1
+                parts.append(batch.body)
                 self.cursor = head
-                self.counters.add("events_delivered", delivered, self.endpoint)
                 return False
+        self.counters.observe("reader_lag_events", head - cursor, self.endpoint)
         cursor, missed = skip_lag(cursor, head)
         delivered = 0
         for event_id in range(cursor + 1, head + 1):
@@ -254,20 +256,21 @@ class Stream:
         return (self.disconnected or self._check_due
                 or (self.direct is not None and (self.direct.blocked or self.direct.closed)))
 
-    def _write_direct(self, body: bytes) -> None:
+    def _write_direct(self, body: bytes) -> bool:
         if not body:
-            return
+            return False
         if self.direct.closed:
             self.disconnected = True
-            return
+            return False
         self.direct.write(body)
-        self.counters.add("sends", label=self.endpoint)
+        return True
 
     async def write(self, body: bytes) -> None:
         if not body:
             return
         if self.direct is not None:
-            self._write_direct(body)
+            if self._write_direct(body):
+                self.counters.add("sends", label=self.endpoint)
             await self._drain()
             return
         try:
