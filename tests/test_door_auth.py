@@ -225,3 +225,38 @@ def test_attachment_rows(gateway, alices_attachment):
 def test_no_path_outside_the_attachment_store_is_reachable(gateway, path):
     status, headers, body = get(gateway.port, path, ALICE)
     assert status == 404 and b"root:" not in body
+
+
+def test_attachment_while_the_sequencer_is_unreachable_is_503():
+    """The worker outlives its sequencer by a moment (the supervisor then drains it): an
+    attachment asked for meanwhile is a JSON 503 with Retry-After, not a 500."""
+    import asyncio
+
+    import httpx
+
+    from gateway import config as gateway_config
+    from gateway.worker.app import AttachmentEndpoint
+    from gateway.worker.door import Door
+
+    class Unreachable:
+        async def call(self, op, **params):
+            raise ConnectionError("sequencer connection lost")
+
+    class Counters:
+        def add(self, *args, **kwargs):
+            pass
+
+    endpoint = AttachmentEndpoint(Door(gateway_config.load([])), Unreachable(), Counters())
+
+    async def app(scope, receive, send):
+        scope["path_params"] = {"task_id": "tsk_x", "sha256": "0" * 64}
+        await endpoint(scope, receive, send)
+
+    async def get():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            return await client.get("/attachments/tsk_x/" + "0" * 64)
+
+    answer = asyncio.run(get())
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
+    assert answer.json() == {"error": "the sequencer is not reachable"}

@@ -23,6 +23,7 @@ import email.utils
 import hashlib
 import os
 import re
+import time
 
 import orjson
 from starlette.applications import Starlette
@@ -60,6 +61,7 @@ PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificat
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
 
 
 class RpcEndpoint:
@@ -286,7 +288,12 @@ class AttachmentEndpoint:
         task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
         found = None
         if SHA256_HEX.fullmatch(sha256):
-            found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
+            try:
+                found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
+            except ConnectionError:
+                await respond(send, 503, orjson.dumps({"error": "the sequencer is not reachable"}),
+                              [(b"retry-after", b"1")])
+                return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])
             return
@@ -303,10 +310,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
     rpc = RpcEndpoint(config, hub, control, counters)
-    card_cache: dict[str, tuple[bytes, str, str]] = {}
+    card_cache: dict[str, tuple[bytes, str, str, float]] = {}
 
     async def card(request: Request) -> Response:
         host = request.headers.get("host", "")
+        if host in card_cache and time.monotonic() - card_cache[host][3] > CARD_MAX_AGE_SECONDS:
+            del card_cache[host]  # an upstream's card may change: read it again after max-age
         if host not in card_cache:
             if len(card_cache) > 64:
                 card_cache.clear()
@@ -319,9 +328,9 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
             else:
                 body = orjson.dumps(agent_card(config, request.scope))
             card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
-                                email.utils.formatdate(usegmt=True))
-        body, etag, built = card_cache[host]
-        headers = {"cache-control": "public, max-age=300", "etag": etag, "last-modified": built,
+                                email.utils.formatdate(usegmt=True), time.monotonic())
+        body, etag, built, _ = card_cache[host]
+        headers = {"cache-control": f"public, max-age={CARD_MAX_AGE_SECONDS}", "etag": etag, "last-modified": built,
                    "vary": "host"}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
