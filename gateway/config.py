@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -128,6 +129,9 @@ OPTIONS: tuple[Option, ...] = (
            "longest JSON-RPC string id (-32600 beyond)"),
     Option("max-connections", parse_positive_int, 4096, "N",
            "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
+    Option("listen-backlog", parse_positive_int, None, "N",
+           "accept queue of the listening socket: connections the kernel holds until a worker "
+           "accepts one (never more than net.core.somaxconn)"),
     Option("header-timeout", parse_positive_float, 10.0, "SECONDS",
            "a connection that has not sent a whole request head (slow headers, idle keep-alive) "
            "is closed after this"),
@@ -175,6 +179,7 @@ class Config:
     max_json_depth: int = 32
     max_rpc_id_chars: int = 256
     max_connections: int = 4096
+    listen_backlog: int | None = None  # None: net.core.somaxconn (see effective_listen_backlog)
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
@@ -201,13 +206,33 @@ class Config:
         return cls(**data)
 
 
+DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn"}  # defaults found at start
+SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+
+
+def somaxconn() -> int:
+    """The kernel's cap on any listen backlog (Linux: net.core.somaxconn)."""
+    try:
+        with open(SOMAXCONN_PATH) as fh:
+            return max(1, int(fh.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return socket.SOMAXCONN
+
+
+def effective_listen_backlog(configured: int | None) -> int:
+    """The accept queue a listen() gets: the configured value, or net.core.somaxconn when
+    none is, never more than net.core.somaxconn (the kernel would cap it silently)."""
+    limit = somaxconn()
+    return limit if configured is None else min(configured, limit)
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mur-gateway",
         description="Fan-out gateway for the murmur capsule streaming protocol.",
     )
     for opt in OPTIONS:
-        default = "CPUs" if opt.default is None and opt.name == "workers" else opt.default
+        default = DEFAULT_WORDS.get(opt.name) if opt.default is None else opt.default
         parser.add_argument(
             "--" + opt.name, dest=opt.attr, metavar=opt.metavar, default=None,
             help=f"{opt.help} [env {opt.env}; default {default}]",

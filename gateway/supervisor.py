@@ -13,6 +13,7 @@ orchestrator restarts the gateway and clients reconnect into a new session.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -22,6 +23,7 @@ import tempfile
 import time
 from multiprocessing.connection import wait
 
+from gateway import config as config_module
 from gateway import control_words, exporter, logs, metrics, sequencer
 from gateway.config import Config
 from gateway.worker import process as worker_process
@@ -33,18 +35,25 @@ DRAIN_SECONDS = 3.0
 READY_TIMEOUT = 30.0
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     """The one listening socket every worker accepts on. One shared accept queue, not a
     SO_REUSEPORT socket per worker: reuseport balances new connections better (20/20 against
     28/12 measured), but pins 1/N of them to a worker that is stopped or hung, where they wait;
-    a shared queue lets the other workers take them (tests/test_faults.py)."""
+    a shared queue lets the other workers take them (tests/test_faults.py).
+
+    `backlog` (--listen-backlog, net.core.somaxconn by default) is how many connections the
+    kernel holds, handshake done, until a worker accepts one. Beyond it the kernel drops the
+    SYN or the handshake's last ACK (TcpExtListenOverflows) and the client sends it again 1 s
+    later, then 3 s, 7 s, ...: with a fixed 2048, some of 5,000 watchers reconnecting at once
+    were still waiting on those retries a minute later (loadtest/RESULTS.md, "Reconnect
+    storm")."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # A stalled reader falls behind (and lags) after ~16 KiB unsent, not after megabytes.
     sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
 
@@ -55,8 +64,15 @@ def url_host(host: str) -> str:
 
 class Supervisor:
     def __init__(self, config: Config):
-        self.config = config
         self.log = logs.get("supervisor")
+        # Resolved once here, so the workers' own listen() on the shared socket (hypercorn
+        # calls it again with hc.backlog) asks for the same queue.
+        backlog = config_module.effective_listen_backlog(config.listen_backlog)
+        if config.listen_backlog is not None and backlog < config.listen_backlog:
+            self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
+                             configured=config.listen_backlog, backlog=backlog)
+        config = dataclasses.replace(config, listen_backlog=backlog)
+        self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
         self.ring = Ring.create(base + "-ring")
@@ -64,7 +80,7 @@ class Supervisor:
         self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
         self.counters.add("pid", os.getpid())
         self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
-        self.listener = listening_socket(*config.bind)
+        self.listener = listening_socket(*config.bind, config.listen_backlog)
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
         for send_end, _ in self.wake:
             send_end.setblocking(False)
@@ -94,6 +110,7 @@ class Supervisor:
         for index in range(self.config.workers):
             self._start_worker(index)
         host, port = self.listener.getsockname()[:2]
+        self.log.info("listening", port=port, backlog=self.config.listen_backlog, workers=self.config.workers)
         print(f"listening on http://{url_host(host)}:{port}", flush=True)
         if self.config.metrics_bind is not None:
             parent, child = self.ctx.Pipe(duplex=False)

@@ -13,8 +13,10 @@ client spends microseconds per event, not per byte. It speaks two dialects:
   be strictly ascending; losses are read from the sequence number the bench's publisher
   puts after the timestamp (nchan has no lagged frame, and its tags restart every second).
 
-Per connection it checks the ids: strictly ascending, never repeated, and a hole only
-where a `lagged` frame (its `missed`) or a `gap` frame accounts for it. Latency is now minus
+Per connection it checks the ids: strictly ascending, never repeated, the first one right
+after the `Last-Event-ID` sent, and a hole only where a `lagged` frame (its `missed`) or a
+`gap` frame accounts for it. Failed openings are counted by reason (`connect timeout`,
+`head timeout`, `connect refused`, `head reset`, `http 503`, ...). Latency is now minus
 the encode time at the start of each load event's text (`--sim-load` on the gateway, the
 bench's publishers elsewhere); with `--sample-every S` one event in S is timed. Heartbeat
 intervals are measured from the connection's opening.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import errno
 import multiprocessing
 import os
 import re
@@ -65,10 +68,15 @@ class Tally:
         self.measuring = False
         self.newest_id = 0
         self.opened = self.failed = self.closed_early = 0
+        self.failures: dict[str, int] = {}  # why openings failed: reason -> count
         self.deliveries = self.bytes = self.stamped = 0
         self.events_lost = self.lagged_frames = self.unexplained_holes = self.order_violations = 0
         self.latency_us = array.array("q")
         self.heartbeat_s = array.array("d")
+
+    def fail(self, reason: str, count: int = 1) -> None:
+        self.failed += count
+        self.failures[reason] = self.failures.get(reason, 0) + count
 
     def stamps(self, block: bytes, now_ns: int) -> None:
         stamps = STAMP.findall(block)
@@ -79,10 +87,24 @@ class Tally:
             self.latency_us.extend([(now_ns - int(s)) // 1000 for s in stamps[start::every]])
 
 
-class Watcher(asyncio.Protocol):
-    """One SSE connection: the head, then whole events checked and counted."""
+class HttpStatus(ConnectionError):
+    """The server answered the stream request with a status other than 200."""
 
-    def __init__(self, tally: Tally, request: bytes, dialect: str):
+    def __init__(self, status_line: str):
+        super().__init__(status_line)
+        parts = status_line.split()
+        self.status = parts[1] if len(parts) > 1 else "?"
+
+
+class Watcher(asyncio.Protocol):
+    """One SSE connection: the head, then whole events checked and counted.
+
+    `resume_from` is the Last-Event-ID the request sent (murmur): the first id must then be
+    the next one, unless a gap frame says why not. `connected_at` and `first_id_at` are the
+    monotonic times the TCP connection was made and the first numbered event arrived (the
+    first replayed one, when the buffer held any)."""
+
+    def __init__(self, tally: Tally, request: bytes, dialect: str, resume_from: int = 0):
         self.tally, self.request = tally, request
         self.check = self._check_murmur if dialect == "murmur" else self._check_nchan
         self.transport: asyncio.Transport | None = None
@@ -92,20 +114,24 @@ class Watcher(asyncio.Protocol):
         self.chunk_left = 0  # body bytes left in the current chunk; -1: expecting a size line
         self.raw = b""       # framing bytes not yet decoded
         self.rest = b""      # decoded body after the last complete event
-        self.last = 0        # the last id (murmur) or sequence number (nchan) received
+        self.last = resume_from  # the last id (murmur) or sequence number (nchan) received
         self.last_key = 0    # nchan: the last `<time>:<tag>` as one integer
         self.explained = 0   # murmur: events a lagged frame reported since the last id
         self.gap = False
         self.heartbeat_at = 0.0
         self.ended = False
+        self.connected_at = self.first_id_at = 0.0
+        self.gap_frames = self.missed = 0  # murmur: gap frames and lagged `missed`, always counted
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.connected_at = time.monotonic()
         transport.write(self.request)
 
     def connection_lost(self, exc) -> None:
         if not self.opened.done():
-            self.opened.set_exception(ConnectionError(str(exc or "closed before the head")))
+            reason = exc if isinstance(exc, OSError) else ConnectionError("closed before the head")
+            self.opened.set_exception(reason)
         elif not self.ended:
             self.ended = True
             self.tally.closed_early += 1
@@ -119,7 +145,7 @@ class Watcher(asyncio.Protocol):
             head, data = self.head[:end].lower(), self.head[end + 4:]
             self.head = b""
             if head[9:12] != b"200":
-                self.opened.set_exception(ConnectionError(head.split(b"\r\n", 1)[0].decode()))
+                self.opened.set_exception(HttpStatus(head.split(b"\r\n", 1)[0].decode()))
                 return
             self.chunked = b"transfer-encoding: chunked" in head
             self.chunk_left = -1
@@ -183,6 +209,8 @@ class Watcher(asyncio.Protocol):
 
     def _check_murmur(self, block: bytes) -> int:
         ids = MURMUR_ID.findall(block)
+        if ids and not self.first_id_at:
+            self.first_id_at = time.monotonic()
         if b'"frame":"lagged"' in block or b'"frame":"gap"' in block:
             self._walk_murmur(block)
         elif ids:
@@ -201,11 +229,13 @@ class Watcher(asyncio.Protocol):
         for event_id, missed, first_available in MURMUR_MARKS.findall(block):
             if missed:
                 self.explained += int(missed)
+                self.missed += int(missed)
                 if tally.measuring:
                     tally.events_lost += int(missed)
                     tally.lagged_frames += 1
             elif first_available:
                 self.gap = True
+                self.gap_frames += 1
             else:
                 self._next(int(event_id))
 
@@ -259,6 +289,40 @@ def build_request(url: str, dialect: str, method: str, last_event_id: int) -> by
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
+def failure_reason(exc: BaseException, stage: str) -> str:
+    """A short name for why an opening failed; `stage` is "connect" or "head"."""
+    if isinstance(exc, HttpStatus):
+        return f"http {exc.status}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"{stage} timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"{stage} refused"
+    if isinstance(exc, ConnectionResetError):
+        return f"{stage} reset"
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{stage} {errno.errorcode.get(exc.errno, exc.errno)}"
+    return f"{stage} closed"
+
+
+async def open_watcher(watcher: Watcher, host: str, port: int, deadline: float) -> str | None:
+    """Connect `watcher` and wait for a 200 head, both by `deadline` (loop time); None when
+    it is open, else why not (failure_reason). The watcher is closed when it failed."""
+    loop = asyncio.get_running_loop()
+    stage = "connect"
+    try:
+        await asyncio.wait_for(loop.create_connection(lambda: watcher, host, port),
+                               max(0.1, deadline - loop.time()))
+        stage = "head"
+        await asyncio.wait_for(watcher.opened, max(0.1, deadline - loop.time()))
+    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+        watcher.close()
+        return failure_reason(exc, stage)
+    except asyncio.CancelledError:
+        watcher.close()
+        raise
+    return None
+
+
 async def client_main(args, share: int, conn) -> None:
     """One client process: open `share` watchers, report, measure the window, report again."""
     loop = asyncio.get_running_loop()
@@ -271,19 +335,14 @@ async def client_main(args, share: int, conn) -> None:
 
     async def open_one() -> None:
         async with gate:
-            request = build_request(args.url, args.dialect, args.method, tally.newest_id)
-            watcher = Watcher(tally, request, args.dialect)
-            try:
-                remaining = max(0.1, ramp_deadline - loop.time())
-                await asyncio.wait_for(loop.create_connection(lambda: watcher, host, port), remaining)
-                await asyncio.wait_for(watcher.opened, max(0.1, ramp_deadline - loop.time()))
-            except (OSError, asyncio.TimeoutError, ConnectionError):
-                tally.failed += 1
-                watcher.close()
+            resume_from = tally.newest_id if args.dialect == "murmur" else 0
+            request = build_request(args.url, args.dialect, args.method, resume_from)
+            watcher = Watcher(tally, request, args.dialect, resume_from)
+            # a cancelled opening is counted by the ramp's deadline below
+            failure = await open_watcher(watcher, host, port, ramp_deadline)
+            if failure is not None:
+                tally.fail(failure)
                 return
-            except asyncio.CancelledError:  # counted by the ramp's deadline
-                watcher.close()
-                raise
             tally.opened += 1
             watchers.append(watcher)
 
@@ -296,7 +355,7 @@ async def client_main(args, share: int, conn) -> None:
     openings = []
     for index in range(1, share):
         if loop.time() > ramp_deadline:
-            tally.failed += share - index
+            tally.fail("ramp deadline", share - index)
             break
         openings.append(loop.create_task(open_one()))
         if index % 50 == 49:
@@ -305,7 +364,8 @@ async def client_main(args, share: int, conn) -> None:
         _, hanging = await asyncio.wait(openings, timeout=max(0.0, ramp_deadline - loop.time()) + 1.0)
         for opening in hanging:
             opening.cancel()
-        tally.failed += len(hanging)
+        if hanging:
+            tally.fail("ramp deadline", len(hanging))
     conn.send(("open", tally.opened, tally.failed))
 
     start, end = await loop.run_in_executor(None, conn.recv)
@@ -318,8 +378,9 @@ async def client_main(args, share: int, conn) -> None:
     for watcher in watchers:
         watcher.close()
     conn.send({
-        "opened": tally.opened, "failed": tally.failed, "closed_early": tally.closed_early,
-        "deliveries": tally.deliveries, "bytes": tally.bytes, "events_lost": tally.events_lost,
+        "opened": tally.opened, "failed": tally.failed, "failures": tally.failures,
+        "closed_early": tally.closed_early, "deliveries": tally.deliveries, "bytes": tally.bytes,
+        "events_lost": tally.events_lost,
         "lagged_frames": tally.lagged_frames, "unexplained_holes": tally.unexplained_holes,
         "order_violations": tally.order_violations, "cpu_s": cpu,
         "latency_us": tally.latency_us.tobytes(), "heartbeat_s": tally.heartbeat_s.tobytes(),
@@ -403,6 +464,10 @@ def _measure(args, pipes, server: list[int], rss_before: int) -> dict:
     total = {key: sum(r[key] for r in results) for key in (
         "opened", "failed", "closed_early", "deliveries", "bytes", "events_lost", "lagged_frames",
         "unexplained_holes", "order_violations", "cpu_s")}
+    failures: dict[str, int] = {}
+    for r in results:
+        for reason, count in r["failures"].items():
+            failures[reason] = failures.get(reason, 0) + count
     latency, heartbeats = array.array("q"), array.array("d")
     for r in results:
         latency.frombytes(r["latency_us"])
@@ -410,8 +475,9 @@ def _measure(args, pipes, server: list[int], rss_before: int) -> dict:
     window = args.duration
     report = {
         "label": args.label, "dialect": args.dialect, "watchers": args.watchers, "procs": args.procs,
-        "opened": total["opened"], "failed": total["failed"], "closed_early": total["closed_early"],
-        "ramp_s": round(ramp_s, 2), "window_s": window, "clients_missing": missing,
+        "opened": total["opened"], "failed": total["failed"], "failures": failures,
+        "closed_early": total["closed_early"], "ramp_s": round(ramp_s, 2), "window_s": window,
+        "clients_missing": missing,
         "deliveries": total["deliveries"], "deliveries_per_s": round(total["deliveries"] / window),
         "mib_per_s": round(total["bytes"] / window / 2**20, 2),
         "latency_ms": quantiles(latency, 0.001), "latency_sample_every": args.sample_every,

@@ -15,7 +15,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs
-from gateway.config import Config
+from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker.app import create_app
@@ -35,7 +35,10 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     hc.graceful_timeout = GRACE_SECONDS
     hc.accesslog = None
     hc.errorlog = None
-    hc.backlog = 2048
+    # The worker's server listens again on the inherited socket with this value (accept.py),
+    # and the last listen() on a socket sets its accept queue: every worker asks for what the
+    # supervisor resolved (--listen-backlog, capped at net.core.somaxconn).
+    hc.backlog = effective_listen_backlog(config.listen_backlog)
     # hypercorn's idle timer runs from the connection's start (and from the end of each
     # response) until a whole request head has arrived: slow headers and idle keep-alive
     # connections are closed after it.
@@ -76,7 +79,12 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
     """Process entry point (spawn context)."""
     import uvloop
 
+    from gateway.worker.accept import Loop
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
     logs.setup("worker", config.log_level)
-    uvloop.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock))
+    # Loop: uvloop, accepting up to 128 connections per wake-up instead of libuv's one per
+    # loop iteration (accept.py), so a busy worker still drains a reconnect storm.
+    uvloop.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock),
+               loop_factory=Loop)

@@ -1,0 +1,114 @@
+"""Accepting connections in bursts, not one per event-loop iteration.
+
+libuv (under uvloop) accepts one connection per loop iteration for each listening handle
+(libuv/libuv#3696, "unix: don't accept() connections in a loop"; uvloop 0.23 bundles libuv
+1.52.1). A worker serving thousands of streams takes tens to hundreds of milliseconds per
+iteration, so in a reconnect storm two workers together accepted about 28 connections a second
+while the kernel's accept queue held thousands, and the rest timed out in the queue
+(loadtest/RESULTS.md, "Reconnect storm"; `strace -c` on a worker: one accept4 per epoll_pwait).
+
+`Loop` is uvloop's loop with one change: a plain TCP server on a given socket (what hypercorn
+asks for on the inherited listening socket) is a `BurstServer`, which watches the socket
+itself and, each time it is readable, accepts up to ACCEPT_BURST connections, stopping at the
+first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
+TCP transport (TCP_NODELAY included) and the same protocol libuv's server would have made.
+Both workers still wait on the one shared accept queue, so a stopped worker's share is taken
+by the others (tests/test_faults.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+import uvloop
+
+from gateway import logs
+
+ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
+RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
+RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+log = logs.get("worker")
+
+
+class BurstServer:
+    """Serves `protocol_factory` on a listening socket; what hypercorn needs of a server
+    (`close`, `wait_closed`) and a little of asyncio.Server's surface."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int):
+        self._loop, self._factory, self._sock = loop, protocol_factory, sock
+        self._fd = sock.fileno()
+        self._retry: asyncio.TimerHandle | None = None
+        self._serving = False
+        sock.setblocking(False)
+        sock.listen(backlog)
+        self._start()
+
+    def _start(self) -> None:
+        self._retry = None
+        if self._sock is not None and not self._serving:
+            self._loop.add_reader(self._fd, self._accept)
+            self._serving = True
+
+    def _pause(self) -> None:
+        if self._serving:
+            self._loop.remove_reader(self._fd)
+            self._serving = False
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return  # the queue is empty (or another worker took the rest)
+            except ConnectionAbortedError:
+                continue  # reset while it waited in the queue
+            except OSError as exc:
+                log.warning("accept failed; accepting again shortly", error=str(exc), retry_s=RETRY_SECONDS)
+                if exc.errno in RESOURCE_ERRORS:
+                    self._pause()  # level-triggered: without a pause the loop would spin
+                    self._retry = self._loop.call_later(RETRY_SECONDS, self._start)
+                return
+            conn.setblocking(False)
+            self._loop.create_task(self._connect(conn))
+
+    async def _connect(self, conn: socket.socket) -> None:
+        try:
+            await self._loop.connect_accepted_socket(self._factory, conn)
+        except Exception as exc:  # the peer went away before the transport was made
+            log.debug("accepted connection dropped", error=str(exc))
+            conn.close()
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return () if self._sock is None else (self._sock,)
+
+    def is_serving(self) -> bool:
+        return self._serving
+
+    def close(self) -> None:
+        """Stop accepting and close this process's copy of the listening socket."""
+        self._pause()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+class Loop(uvloop.Loop):
+    """uvloop, with plain TCP servers on a given socket accepting in bursts (BurstServer)."""
+
+    async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
+                            ssl=None, **kwargs):
+        if (sock is None or ssl is not None or kwargs or sock.type != socket.SOCK_STREAM
+                or sock.family not in (socket.AF_INET, socket.AF_INET6)):
+            return await super().create_server(protocol_factory, host, port, sock=sock, backlog=backlog,
+                                               ssl=ssl, **kwargs)
+        return BurstServer(self, protocol_factory, sock, backlog)

@@ -1,0 +1,355 @@
+"""Reconnect storm (issue #10, scenario 5): N watchers reconnect at once with Last-Event-ID.
+
+Starts the gateway (`python -m gateway --sim-load RATE`, as the bench does) unless `--url`
+names one, lets `--events-before` events accumulate in the 512-event replay buffer, then
+every client process (`--procs`) opens its share of `--watchers` connections at the same
+instant, with no ramp and no cap on handshakes in flight. Each connection sends its own
+`Last-Event-ID`, drawn between 1 and `--max-back` events behind the newest id (so inside the
+buffer), and the driver's checks (`loadtest/driver.py`'s `Watcher`) hold it to an exact
+replay: its first id must be Last-Event-ID + 1, ids strictly ascending, and a hole only where
+a `lagged` or `gap` frame explains it. After every connection is live the storm is held
+`--hold` seconds, so the replay is also seen to join the live stream without a hole.
+
+Prints one JSON line: opened and failed (with the reasons: connect/head timeout, refused,
+reset, HTTP status), time until all live (from the first connection's connect to the last
+connection's first replayed event), p50/p99/max time to first event and to the response head,
+exactness figures, client and server CPU, how the workers split the connections (`ss`), and
+the kernel's listen-queue counters (`nstat`) before and after.
+
+    python -m loadtest.storm --watchers 5000 --workers 2 --rate 10
+
+Bounded: the openings by `--connect-timeout`, the wait for first events by `--live-timeout`,
+every pipe read by a timeout; the gateway (started here) is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+import orjson
+import uvloop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from loadtest import bench, procstat  # noqa: E402
+from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
+                             quantiles, raise_nofile)
+
+NSTAT_COUNTERS = ("TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtSyncookiesSent",
+                  "TcpExtSyncookiesRecv", "TcpExtSyncookiesFailed", "TcpExtTCPReqQFullDoCookies",
+                  "TcpExtTCPReqQFullDrop", "TcpPassiveOpens", "TcpAttemptFails", "TcpExtTCPAbortOnData")
+METHOD = "murmur.WatchSession"
+
+
+# --- one client process ---
+
+async def storm_client(args, share: int, conn, seed: int) -> None:
+    loop = asyncio.get_running_loop()
+    parts = urlsplit(args.url)
+    host, port = parts.hostname, parts.port or 80
+    tally = Tally(1)
+    rng = random.Random(seed)
+
+    # The probe replays the buffer and stays open, so `tally.newest_id` follows the head.
+    probe = Watcher(tally, build_request(args.url, "murmur", METHOD, 0), "murmur")
+    failure = await open_watcher(probe, host, port, loop.time() + 30)
+    ready_by = loop.time() + args.events_before / max(args.rate, 0.1) + 30
+    while failure is None and tally.newest_id < args.events_before and loop.time() < ready_by:
+        await asyncio.sleep(0.05)
+    conn.send(("ready", tally.newest_id, failure))
+    start_at = await loop.run_in_executor(None, conn.recv)
+    if start_at is None:
+        probe.close()
+        return
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+
+    cpu_before = _own_cpu()
+    newest = tally.newest_id
+    deadline = loop.time() + args.connect_timeout
+    watchers: list[Watcher] = []  # the opened ones
+    tried: list[Watcher] = []
+
+    async def open_one(watcher: Watcher) -> None:
+        watcher.started_at = time.monotonic()
+        failure = await open_watcher(watcher, host, port, deadline)
+        if failure is not None:
+            tally.fail(failure)
+            return
+        watcher.head_at = time.monotonic()
+        tally.opened += 1
+        watchers.append(watcher)
+
+    openings = []
+    for _ in range(share):  # every opening starts in this loop iteration: no ramp, no gate
+        resume_from = max(0, newest - rng.randint(1, args.max_back))
+        watcher = Watcher(tally, build_request(args.url, "murmur", METHOD, resume_from), "murmur", resume_from)
+        watcher.started_at = watcher.head_at = 0.0
+        tried.append(watcher)
+        openings.append(loop.create_task(open_one(watcher)))
+    _, hanging = await asyncio.wait(openings, timeout=args.connect_timeout + 5)
+    for opening in hanging:
+        opening.cancel()
+    if hanging:
+        tally.fail("connect deadline", len(hanging))
+    live_by = loop.time() + args.live_timeout
+    while any(not w.first_id_at for w in watchers) and loop.time() < live_by:
+        await asyncio.sleep(0.05)
+    storm_cpu = _own_cpu() - cpu_before
+    conn.send(("live",))
+
+    await loop.run_in_executor(None, conn.recv)  # the parent's "close", after the hold
+    for watcher in [probe, *watchers]:
+        watcher.close()
+    live = [w for w in watchers if w.first_id_at]
+    conn.send({
+        "opened": tally.opened, "failed": tally.failed, "failures": tally.failures,
+        "newest_at_start": newest,
+        "first_start": min((w.started_at for w in tried if w.started_at), default=None),
+        "last_live": max((w.first_id_at for w in live), default=None),
+        "first_event_s": [w.first_id_at - w.started_at for w in live],
+        "head_s": [w.head_at - w.started_at for w in watchers],
+        "connect_s": [w.connected_at - w.started_at for w in tried if w.connected_at],
+        "not_live": len(watchers) - len(live),
+        "gap_frames": sum(w.gap_frames for w in watchers),
+        "lagged_connections": sum(1 for w in watchers if w.missed),
+        "events_missed": sum(w.missed for w in watchers),
+        "unexplained_holes": tally.unexplained_holes, "order_violations": tally.order_violations,
+        "closed_early": tally.closed_early, "client_cpu_s": storm_cpu,
+    })
+
+
+def client_process(args, share: int, conn, seed: int) -> None:
+    uvloop.run(storm_client(args, share, conn, seed))
+
+
+# --- the machine's side ---
+
+def nstat() -> dict:
+    """Absolute values of the kernel's listen-queue and SYN-cookie counters (history untouched)."""
+    try:
+        out = subprocess.run(["nstat", "-asz", *NSTAT_COUNTERS], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    values = dict.fromkeys(NSTAT_COUNTERS, 0)
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] in values:
+            values[fields[0]] = int(fields[1])
+    return values
+
+
+def connections_by_process(port: int) -> dict:
+    """Established connections on the server port, by the pid that holds them (`ss -p`)."""
+    try:
+        out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    counts: dict[str, int] = {}
+    for pid in re.findall(r"pid=(\d+)", out):
+        counts[pid] = counts.get(pid, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def accept_queue(port: int) -> int | None:
+    """Connections waiting in the listening socket's accept queue now (`ss -l`'s Recv-Q)."""
+    try:
+        out = subprocess.run(["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True, text=True,
+                             timeout=5).stdout.split()
+        return int(out[1])
+    except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
+        return None
+
+
+class QueueSampler(threading.Thread):
+    """The accept queue's depth every `every` seconds while the storm opens."""
+
+    def __init__(self, port: int, every: float = 0.25):
+        super().__init__(daemon=True)
+        self.port, self.every = port, every
+        self.samples: list[tuple[float, int]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.wait(self.every):
+            depth = accept_queue(self.port)
+            if depth is not None:
+                self.samples.append((round(time.monotonic() - started, 2), depth))
+
+    def report(self) -> dict:
+        self.stopping.set()
+        self.join(10)
+        depths = [depth for _, depth in self.samples]
+        return {"max": max(depths, default=None), "samples": len(depths),
+                "nonempty_s": round(sum(1 for d in depths if d) * self.every, 2),
+                "every_1s": [[t, d] for i, (t, d) in enumerate(self.samples) if i % round(1 / self.every) == 0]}
+
+
+def sysctls() -> dict:
+    values = {}
+    for name in ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.ipv4.tcp_syncookies"):
+        try:
+            with open("/proc/sys/" + name.replace(".", "/")) as fh:
+                values[name] = int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            values[name] = None
+    return values
+
+
+def _receive(pipe, timeout: float):
+    if not pipe.poll(timeout):
+        raise TimeoutError("a client process did not answer in time")
+    return pipe.recv()
+
+
+def storm(args, server_pid: int = 0) -> dict:
+    """Run the storm against args.url; the report (one dict)."""
+    raise_nofile(args.watchers // args.procs + 512)
+    ctx = multiprocessing.get_context("fork")
+    shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
+    pipes, procs = [], []
+    for index, share in enumerate(shares):
+        parent_end, child_end = ctx.Pipe()
+        proc = ctx.Process(target=client_process, args=(args, share, child_end, args.seed + index), daemon=True)
+        proc.start()
+        pipes.append(parent_end)
+        procs.append(proc)
+    try:
+        ready = [_receive(pipe, args.events_before / max(args.rate, 0.1) + 90) for pipe in pipes]
+        problems = [failure for _, _, failure in ready if failure]
+        if problems:
+            for pipe in pipes:
+                pipe.send(None)
+            raise RuntimeError(f"a probe connection failed: {problems}")
+        server = procstat.tree(server_pid) if server_pid else []
+        counters_before = nstat()
+        cpu_before = procstat.cpu_seconds(server)
+        load_before = os.getloadavg()
+        port = urlsplit(args.url).port or 80
+        sampler = QueueSampler(port)
+        start_at = time.time() + 0.5
+        for pipe in pipes:
+            pipe.send(start_at)
+        time.sleep(max(0.0, start_at - time.time()))
+        sampler.start()
+        for pipe in pipes:
+            _receive(pipe, args.connect_timeout + args.live_timeout + 60)
+        storm_s = time.time() - start_at
+        queue = sampler.report()
+        server_cpu = procstat.cpu_seconds(procstat.tree(server_pid) if server_pid else []) - cpu_before
+        counters_after = nstat()
+        split = connections_by_process(port)
+        time.sleep(args.hold)
+        for pipe in pipes:
+            pipe.send("close")
+        results = [_receive(pipe, 120) for pipe in pipes]
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+
+    failures: dict[str, int] = {}
+    for r in results:
+        for reason, count in r["failures"].items():
+            failures[reason] = failures.get(reason, 0) + count
+    total = {key: sum(r[key] for r in results) for key in (
+        "opened", "failed", "not_live", "gap_frames", "lagged_connections", "events_missed",
+        "unexplained_holes", "order_violations", "closed_early", "client_cpu_s")}
+    first_event = [s for r in results for s in r["first_event_s"]]
+    heads = [s for r in results for s in r["head_s"]]
+    connects = [s for r in results for s in r["connect_s"]]
+    starts = [r["first_start"] for r in results if r["first_start"] is not None]
+    lives = [r["last_live"] for r in results if r["last_live"] is not None]
+    all_live = total["opened"] == args.watchers and total["not_live"] == 0
+    return {
+        "scenario": "reconnect-storm", "watchers": args.watchers, "procs": args.procs,
+        "opened": total["opened"], "failed": total["failed"], "failures": failures,
+        "all_live": all_live,
+        "time_until_all_live_s": round(max(lives) - min(starts), 3) if all_live else None,
+        "time_until_last_live_s": round(max(lives) - min(starts), 3) if lives and starts else None,
+        "first_event_s": quantiles(first_event), "head_s": quantiles(heads),
+        "connect_s": quantiles(connects),
+        # a SYN the full accept queue dropped is sent again 1 s later (then 3 s, 7 s, ...)
+        "connects_over_1s": sum(1 for s in connects if s >= 0.9),
+        "not_live": total["not_live"], "closed_early": total["closed_early"],
+        "exact": total["unexplained_holes"] == 0 and total["order_violations"] == 0,
+        "unexplained_holes": total["unexplained_holes"], "order_violations": total["order_violations"],
+        "gap_frames": total["gap_frames"], "lagged_connections": total["lagged_connections"],
+        "events_missed": total["events_missed"],
+        "newest_id_at_start": max(r["newest_at_start"] for r in results), "max_back": args.max_back,
+        "storm_wall_s": round(storm_s, 2), "client_cpu_s": round(total["client_cpu_s"], 2),
+        "server_cpu_s": round(server_cpu, 2) if server_pid else None,
+        "connections_by_pid": split, "accept_queue": queue,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "nstat_before": counters_before,
+        "nstat_delta": {k: counters_after.get(k, 0) - counters_before.get(k, 0) for k in counters_before},
+    }
+
+
+class StormGateway(bench.ServerProcess):
+    """The gateway under test, started like the bench's, with the storm's options."""
+
+    def __init__(self, args):
+        self.port = bench.free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.cmd = [bench.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
+                    "--workers", str(args.workers), "--metrics-bind", "off", "--log-level", "warning",
+                    "--heartbeat-interval", str(args.heartbeat_interval),
+                    "--sim-load", str(args.rate), "--sim-load-size", str(args.size), *args.gateway_arg]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--watchers", type=int, default=5000, help="connections opened at once, in all")
+    p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="client processes")
+    p.add_argument("--url", help="drive this gateway instead of starting one")
+    p.add_argument("--server-pid", type=int, default=0, help="with --url: root of the server's process tree")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="gateway workers (started here)")
+    p.add_argument("--rate", type=float, default=10.0, help="--sim-load events a second")
+    p.add_argument("--size", type=int, default=0, help="--sim-load-size bytes")
+    p.add_argument("--heartbeat-interval", type=float, default=15.0)
+    p.add_argument("--gateway-arg", action="append", default=[],
+                   help="one more gateway argument, e.g. --gateway-arg=--max-connections=2000")
+    p.add_argument("--events-before", type=int, default=300, help="events in the buffer before the storm")
+    p.add_argument("--max-back", type=int, default=256,
+                   help="each Last-Event-ID is 1..this many ids behind the newest (the buffer holds 512)")
+    p.add_argument("--connect-timeout", type=float, default=60.0,
+                   help="bound on every opening (TCP connect and response head), from the storm's start")
+    p.add_argument("--live-timeout", type=float, default=30.0, help="then, bound on the wait for first events")
+    p.add_argument("--hold", type=float, default=3.0, help="seconds every connection stays open once live")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    args.procs = max(1, min(args.procs, args.watchers))
+    args.max_back = max(1, args.max_back)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    if args.url:
+        report = storm(args, args.server_pid)
+    else:
+        with StormGateway(args) as gateway:
+            args.url = gateway.url
+            report = storm(args, gateway.proc.pid)
+    report = {"started": started, "cores": os.cpu_count(), "sysctl": sysctls(), **report}
+    sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    return 0 if report["all_live"] and report["exact"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
