@@ -120,17 +120,26 @@ class RpcEndpoint:
                 return
             if not body.strip():
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
-            await self._dispatch(scope, receive, send, body, rule)
+            stream = await self._dispatch(scope, receive, send, body, rule)
         except Refused as refusal:
             self.counters.add("requests_refused")
             await refusal.send(send)
+            return
+        if stream is not None:
+            # Served from here, not from inside `_dispatch`: while it is open, nothing of the
+            # request (body, parsed JSON, params, the opening's parts, those coroutine frames)
+            # stays alive with it.
+            del body
+            scope["headers"] = []  # read for the last time when the stream opened
+            await stream.serve()
 
-    async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> None:
+    async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> Stream | None:
+        """Answer the request, or open its stream and hand it back for `__call__` to serve."""
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
             await self._error(send, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
-            return
+            return None
         rpc_id = rpc_id_of(request, self.config.max_rpc_id_chars)
         try:
             if nests_deeper(request, self.config.max_json_depth):
@@ -145,16 +154,16 @@ class RpcEndpoint:
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
             if method in activation.STREAM_METHODS:
-                await self._stream(scope, receive, send, method, request["id"], params, caller)
-                return
+                return await self._stream(scope, receive, send, method, request["id"], params, caller)
             result = await self._call(method, params, caller, scope)
         except RpcError as err:
             await self._error(send, rpc_id, err)
-            return
+            return None
         except ConnectionError:
             await self._error(send, rpc_id, RpcError(INTERNAL_ERROR, "the sequencer is not reachable"))
-            return
+            return None
         await respond(send, 200, sse.json_rpc_result(request["id"], result))
+        return None
 
     def _check_request(self, request: object) -> str:
         if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
@@ -169,7 +178,7 @@ class RpcEndpoint:
             raise RpcError(PUSH_NOTIFICATION_NOT_SUPPORTED, "this door does not support push notifications")
         if method not in METHODS:
             raise RpcError(METHOD_NOT_FOUND, f"method {method[:100]!r} not found")
-        return method
+        return METHODS[METHODS.index(method)]  # the constant: a stream keeps it as its endpoint
 
     async def _error(self, send, rpc_id, err: RpcError) -> None:
         self.counters.add("requests_refused")
@@ -205,8 +214,12 @@ class RpcEndpoint:
                            oldest=self.hub.oldest, next_id=self.hub.next_id)
 
     async def _stream(self, scope, receive, send, method: str, rpc_id, params: dict,
-                      caller: Caller) -> None:
-        rpc_id_json = orjson.dumps(rpc_id)
+                      caller: Caller) -> Stream | None:
+        """Open the stream (its head sent, its opening ready in `stream.opening`), or answer a
+        rejected task and return None."""
+        # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
+        # stream keeps its id for as long as it is open, so keep a right-sized copy.
+        rpc_id_json = bytes(memoryview(orjson.dumps(rpc_id)))
         ext_values = header_values(scope, b"a2a-extensions")
         activated = activation.connection_activated(method, ext_values)
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
@@ -227,7 +240,7 @@ class RpcEndpoint:
                     await self._start(send, method, activated, door_used)
                     rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
                     await send({"type": "http.response.body", "body": rejected})
-                    return
+                    return None
                 if isinstance(params["message"].get("taskId"), str):
                     # spec: "No message on the opening `task` of a continued task"
                     status = answer["task"]["status"]
@@ -241,7 +254,8 @@ class RpcEndpoint:
             parts.append(stream.unnumbered(events.task_event(answer["task"])))
             ended = self._open_replay(stream, scope, parts, noted, watch=False)
         await self._start(send, method, activated, door_used)
-        await stream.serve(b"".join(parts), ended)
+        stream.opening, stream.ended = b"".join(parts), ended
+        return stream
 
     def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], noted: int,
                      watch: bool) -> bool:
@@ -353,4 +367,4 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         Route("/readyz", readyz, methods=["GET"]),
     ], exception_handlers={HTTPException: http_error, Exception: http_error})
     app.router.redirect_slashes = False  # a redirect would echo the client's Host header
-    return Admission(app, config, counters)
+    return Admission(app, config, counters, rpc=rpc)

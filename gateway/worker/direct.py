@@ -25,6 +25,8 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
+from gateway.worker import lean
+
 RAW_SEND = "murgw.raw_send"  # scope key: the server's own ASGI send, before Starlette wraps it
 
 
@@ -37,6 +39,7 @@ class DirectBody:
         # Past the transport's high-water mark the stream stops writing and awaits `drain`,
         # as hypercorn's own send would: a reader that stops reading falls behind and lags.
         self.high_water = self.transport.get_write_buffer_limits()[1]
+        lean.slim_stream_protocol(writer)
 
     @property
     def closed(self) -> bool:

@@ -23,6 +23,7 @@ JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 RETRY_AFTER_SECONDS = 1
+INTERNAL_ERROR_BODY = orjson.dumps({"error": "internal error"})
 
 
 class Refused(Exception):
@@ -155,8 +156,11 @@ class Admission:
     limits. hypercorn bounds what it buffers of an unfinished head (process.py); this checks
     the finished head, so a refusal can carry a JSON body."""
 
-    def __init__(self, app, config: Config, counters: Counters):
+    def __init__(self, app, config: Config, counters: Counters, rpc=None):
         self.app, self.config, self.counters = app, config, counters
+        # `POST /` skips Starlette's middleware and router (Starlette routes it to `rpc` and
+        # nothing else): an open stream then holds no frames or closures of theirs.
+        self.rpc = rpc
         self.open = 0
 
     def _refusal(self, scope: dict) -> Refused | None:
@@ -183,7 +187,15 @@ class Admission:
             return
         self.open += 1
         scope[RAW_SEND] = send  # a stream's direct body is found behind it (direct.py)
+        direct = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
         try:
-            await self.app(scope, receive, send)
+            await (self.rpc if direct else self.app)(scope, receive, send)
+        except Exception:
+            if direct:  # as Starlette would: a JSON 500 (app.http_error) if the response has not started
+                try:
+                    await respond(send, 500, INTERNAL_ERROR_BODY)
+                except Exception:
+                    pass  # it had: the server ends the connection
+            raise
         finally:
             self.open -= 1

@@ -18,6 +18,7 @@ from gateway import logs
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
+from gateway.worker import lean
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
 from shm import Ring
@@ -53,6 +54,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
 
 async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
               counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+    lean.install()
     ring = Ring.attach(ring_name)
     counters = Counters.attach(counters_name, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)

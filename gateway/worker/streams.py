@@ -36,6 +36,7 @@ from gateway.protocol.lag import LAG_LIMIT, skip_lag
 from gateway.worker import direct
 from gateway.worker.direct import DirectBody
 from gateway.worker.hub import Entry, Hub
+from gateway.worker.lean import LeanQueue
 
 Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
@@ -73,6 +74,7 @@ class Stream:
         self.cursor = 0
         self.open = True
         self.ended = False
+        self.opening = b""  # what `serve` writes first (head, ack or task, replay); dropped once written
         self.disconnected = False
         self.lost = False  # a task stream lost an event: it checks its task at heartbeats
         self.last_state = task.opening_state if task else None
@@ -302,18 +304,33 @@ class Stream:
                 self.poke()
                 return
 
-    async def serve(self, opening: bytes, ended: bool = False) -> None:
-        """Write the opening (head, ack or task, replay), then live events until the end.
-        Between wake-ups the stream parks; with a direct body the hub writes for it (`wake`)."""
+    def _on_receive(self, message: dict) -> None:
+        if message["type"] == "http.disconnect":
+            self.disconnected = True
+            self.poke()
+
+    async def serve(self) -> None:
+        """Write the opening (head, ack or task, replay), then live events until the end
+        (at once when `ended` is already set). Between wake-ups the stream parks; with a direct
+        body the hub writes for it (`wake`)."""
         loop = asyncio.get_running_loop()
-        watcher = loop.create_task(self._watch_disconnect())
-        self.ended = ended
+        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue (lean.py)
+        watcher = None
+        if isinstance(inbox, LeanQueue):
+            inbox.on_put = self._on_receive
+            while not inbox.empty():  # the client may have left while the stream opened
+                self._on_receive(inbox.get_nowait())
+        else:
+            inbox = None
+            watcher = loop.create_task(self._watch_disconnect())
+        opening, self.opening = self.opening, b""
         self.direct = direct.find(self._raw_send)
         self.hub.add(self, None if self.task is None else self.task.key)
         self.counters.add("connections_open", label=self.endpoint)
         self.counters.add("connections", label=self.endpoint)
         try:
             await self.write(opening)
+            del opening
             while not self.ended and not self.disconnected:
                 if self.direct is not None:
                     await self._drain()
@@ -337,6 +354,12 @@ class Stream:
                     pass
         finally:
             self.open = False
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            if inbox is not None:
+                inbox.on_put = None
             self.hub.remove(self, None if self.task is None else self.task.key)
             self.counters.sub("connections_open", label=self.endpoint)
+            # The heartbeat wheel holds a closed stream until its next due time: let it hold
+            # the stream alone, not the connection behind it.
+            self._send = self._raw_send = self._receive = self.direct = None

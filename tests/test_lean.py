@@ -1,0 +1,40 @@
+"""gateway/worker/lean.py: the slimmer per-connection bookkeeping is installed on the pinned
+hypercorn, and a stream still learns at once that its client left (through the lean receive
+queue, not a task of its own, and not at its next heartbeat)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.worker import lean
+from support import SSEStream, running_gateway, wait_for
+from test_observability import scrape
+
+OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
+
+
+def test_installs_on_the_pinned_hypercorn():
+    assert lean.install()
+
+
+def test_lean_queue_is_a_queue():
+    async def use() -> list:
+        queue, seen = lean.LeanQueue(2), []
+        queue.on_put = seen.append
+        await queue.put("a")
+        queue.put_nowait("b")
+        got = [await queue.get(), queue.get_nowait()]
+        waiter = asyncio.ensure_future(queue.get())
+        await asyncio.sleep(0)
+        queue.put_nowait("c")
+        return [got, await waiter, seen, queue.empty()]
+    assert asyncio.run(use()) == [["a", "b"], "c", ["a", "b", "c"], True]
+
+
+def test_a_client_that_leaves_is_noticed_before_any_heartbeat(tmp_path):
+    with running_gateway(metrics=True, heartbeat=300, workers=1, tmp_path=tmp_path) as gw:
+        watchers = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(5)]
+        wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 5, what="five open")
+        for watcher in watchers:
+            watcher.http.close()
+        wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 0, what="every close noticed")
