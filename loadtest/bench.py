@@ -17,7 +17,9 @@ machine lands on all of them alike. The systems:
 
 Figures: deliveries/s at the small and large watcher counts, latency p50/p99, server
 CPU-seconds per million deliveries, RSS per idle watcher (no events flowing), heartbeat
-jitter at the large count, and 2 workers against 1. Client and server share the machine:
+jitter at the large count, 2 workers against 1, and the highest rate each system sustains
+at the small count: the rate doubles from `--rate` (`--ladder` steps) until a run loses an
+event or delivers under 95% of what was offered (`sustained`). Client and server share the machine:
 the client's CPU is reported beside the server's. Prints a markdown table and the ratios;
 `--json` keeps every run. Bounded: every run has a fixed window, and the whole bench a
 deadline (`--deadline`).
@@ -308,6 +310,34 @@ def plan(args) -> list[tuple[str, int, float, int, str]]:
     return runs
 
 
+def sustained(report: dict) -> bool:
+    """Every watcher opened, nothing lost, no hole, and at least 95% of the offered deliveries."""
+    offered = report["watchers"] * report["rate"]
+    return (report["opened"] == report["watchers"] and report["events_lost"] == 0
+            and report["unexplained_holes"] == 0 and report["deliveries_per_s"] >= 0.95 * offered)
+
+
+def ladder(args, system: str, started: float) -> list[dict]:
+    """The small count at doubling rates, until one is not sustained (or the deadline)."""
+    reports = []
+    rate = args.rate
+    for _ in range(args.ladder):
+        rate *= 2
+        if time.monotonic() - started > args.deadline:
+            break
+        label = f"{system} max {args.small}w @{rate:g}/s"
+        try:
+            report = one_run(args, system, args.small, rate, args.workers, label)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"  {label}: failed: {str(exc)[-300:]}", file=sys.stderr, flush=True)
+            break
+        report["scenario"] = "max"
+        reports.append(report)
+        if not sustained(report):
+            break
+    return reports
+
+
 def median(reports: list[dict], pick) -> float | None:
     values = [v for v in (pick(r) for r in reports) if v is not None]
     return statistics.median(values) if values else None
@@ -345,6 +375,11 @@ def summarise(reports: list[dict], args) -> dict:
         table[system][f"watchers opened of {args.small} / {args.large} / {args.idle} (idle)"] = " / ".join(
             "–" if median(group, lambda r: r["opened"]) is None else f"{median(group, lambda r: r['opened']):.0f}"
             for group in (small, large, idle))
+    for system in SYSTEMS:
+        best = max((r for r in runs(system, "small") + runs(system, "max") if sustained(r)),
+                   key=lambda r: r["rate"], default=None)
+        table[system][f"highest rate sustained @ {args.small} (events/s)"] = best["rate"] if best else None
+        table[system][f"deliveries/s at that rate @ {args.small}"] = best["deliveries_per_s"] if best else None
     gateway = table["gateway"]
     gateway[f"heartbeat jitter p99 ms @ {args.large} (server)"] = median(
         runs("gateway", "large"), lambda r: r.get("server_heartbeat_jitter_p99_ms"))
@@ -385,6 +420,8 @@ def main(argv=None) -> int:
     p.add_argument("--idle-duration", type=float, default=2.0, help="window of the idle runs, seconds")
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--ladder", type=int, default=5,
+                   help="highest sustained rate: at most this many doublings of --rate (0: skip)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="gateway workers (nginx workers too)")
     p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="driver client processes")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
@@ -422,6 +459,9 @@ def main(argv=None) -> int:
             continue
         report["scenario"] = scenario
         reports.append(report)
+    for system in SYSTEMS:
+        if not args.only or system in args.only:
+            reports += ladder(args, system, started)
     if args.json:
         with open(args.json, "wb") as fh:
             fh.write(orjson.dumps(reports, option=orjson.OPT_INDENT_2))
