@@ -353,13 +353,19 @@ async def client_main(args, share: int, conn) -> None:
         await asyncio.sleep(0.02)
     per_second = max(1.0, args.ramp_rate / args.procs)
     openings = []
-    for index in range(1, share):
+    # Open what the schedule says is due, then sleep: on a loop saturated by the streams
+    # already open, one sleep can last seconds, and a fixed step per sleep would stretch
+    # the ramp past its deadline.
+    ramp_start, index = loop.time(), 1
+    while index < share:
         if loop.time() > ramp_deadline:
             tally.fail("ramp deadline", share - index)
             break
-        openings.append(loop.create_task(open_one()))
-        if index % 50 == 49:
-            await asyncio.sleep(50 / per_second)
+        due = min(share, 1 + int((loop.time() - ramp_start) * per_second))
+        while index < due:
+            openings.append(loop.create_task(open_one()))
+            index += 1
+        await asyncio.sleep(0.02)
     if openings:  # a saturated server may leave handshakes hanging: the deadline ends them
         _, hanging = await asyncio.wait(openings, timeout=max(0.0, ramp_deadline - loop.time()) + 1.0)
         for opening in hanging:
