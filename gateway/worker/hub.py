@@ -13,7 +13,8 @@ store before a later load (store buffering), so an armed flag and a head publish
 same instant can miss each other: a slow poll (`POLL_SECONDS`) closes that window.
 
 Heartbeats: each stream is due at open + k x interval, never reset by events; one timer
-serves the earliest due stream, and the delay past the due time is the jitter metric.
+serves the earliest due stream (at most once per HEARTBEAT_TICK_SECONDS), and the delay
+past the due time is the jitter metric.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ POLL_SECONDS = 0.05
 COALESCE_SECONDS = 0.002
 COALESCE_MIN_STREAMS = 64
 MAX_CACHED_JOINS = 4
+# The heartbeat timer fires at most once per tick and writes every heartbeat then due:
+# streams open at scattered instants, and one timer per due time (thousands a second with
+# 10,000 watchers) cost most of an idle worker. A heartbeat is late by under a tick.
+HEARTBEAT_TICK_SECONDS = 0.01
 MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
 
 
@@ -273,12 +278,12 @@ class Hub:
         if self._due[0][2] is stream:
             self._arm_timer()
 
-    def _arm_timer(self) -> None:
+    def _arm_timer(self, floor: float = 0.0) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = None
         if self._due:
-            delay = max(0.0, self._due[0][0] - time.monotonic())
+            delay = max(floor, self._due[0][0] - time.monotonic())
             self._timer = asyncio.get_running_loop().call_later(delay, self._fire_heartbeats)
 
     def _fire_heartbeats(self) -> None:
@@ -290,4 +295,4 @@ class Hub:
                 if stream.heartbeat_due(due):
                     self.counters.add("sends", label=stream.endpoint)
                 heapq.heappush(self._due, (due + self.interval, next(self._order), stream))
-        self._arm_timer()
+        self._arm_timer(HEARTBEAT_TICK_SECONDS)
