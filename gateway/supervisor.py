@@ -74,13 +74,18 @@ class Supervisor:
         config = dataclasses.replace(config, listen_backlog=backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
+        # The socket first: an address in use must not leave segments behind in /dev/shm.
+        self.listener = listening_socket(*config.bind, config.listen_backlog)
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
         self.ring = Ring.create(base + "-ring")
-        self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
+        try:
+            self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
+        except BaseException:
+            self.ring.unlink()
+            raise
         self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
         self.counters.add("pid", os.getpid())
         self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
-        self.listener = listening_socket(*config.bind, config.listen_backlog)
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
         for send_end, _ in self.wake:
             send_end.setblocking(False)

@@ -73,3 +73,21 @@ def test_cli_refuses_at_start_with_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "gateway", "--config", str(tmp_path / "missing.toml")],
                             cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "missing.toml" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_an_address_in_use_exits_1_and_leaves_nothing_in_dev_shm():
+    import glob
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}",
+                                 "--metrics-bind", "off"], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1
+    assert stderr.strip().splitlines()[-1].startswith("mur-gateway: [Errno 98]")
+    assert not glob.glob(f"/dev/shm/murgw-{proc.pid}-*")
