@@ -111,6 +111,13 @@ class Counters:
         self.words[base + bisect_left(buckets, value)] += times
         self.words[base + len(buckets) + 1] += max(0, int(value * scale)) * times
 
+    def open_streams_by_worker(self) -> list[int]:
+        """Every worker's open streams, read from the shared blocks (a worker accepting new
+        connections compares its load with its siblings', accept.py)."""
+        offsets = [OFFSETS[("connections_open", endpoint)] for endpoint in ENDPOINTS]
+        return [sum(self._blocks.block(b)[o] for o in offsets)
+                for b in range(FIRST_WORKER_BLOCK, self._blocks.blocks)]
+
     def close(self) -> None:
         self._blocks.close()  # releases every view of the block, ours included
 

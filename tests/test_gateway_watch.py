@@ -277,10 +277,16 @@ def test_killed_worker_is_replaced_while_other_streams_continue(tmp_path):
         before = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="2 workers")
         streams = []
         try:
-            for _ in range(40):  # until both workers serve some of them
-                streams.append(watch(gw.port, last_event_id=str(2**40)))
-                if {s.worker_pid for s in streams} == set(before.values()) and len(streams) >= 4:
-                    break
+            # An idle gateway may hand every new connection to the same worker (one shared
+            # accept queue): open two, then two more while that worker is stopped, so the
+            # other one accepts them.
+            streams += [watch(gw.port, last_event_id=str(2**40)) for _ in range(2)]
+            busy = streams[0].worker_pid
+            os.kill(busy, signal.SIGSTOP)
+            try:
+                streams += [watch(gw.port, last_event_id=str(2**40)) for _ in range(2)]
+            finally:
+                os.kill(busy, signal.SIGCONT)
             victims = [s for s in streams if s.worker_pid == before[0]]
             survivors = [s for s in streams if s.worker_pid == before[1]]
             assert victims and survivors

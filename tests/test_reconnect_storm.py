@@ -139,3 +139,17 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
                 client.close()
 
     assert uvloop.run(main(), loop_factory=accept.Loop) == [accept.ACCEPT_BURST, accept.ACCEPT_BURST + extra]
+
+
+def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):
+    """Every idle worker is woken for a new connection and the first to run takes it; a worker
+    holding more than BALANCE_SLACK streams beyond a sibling steps back (accept.py)."""
+    with running_gateway(workers=2, tmp_path=tmp_path) as gw:
+        streams = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(30)]
+        try:
+            served = [s.worker_pid for s in streams]
+        finally:
+            for stream in streams:
+                stream.close()
+    counts = sorted(served.count(pid) for pid in set(served))
+    assert len(counts) == 2 and counts[0] >= 15 - accept.BALANCE_SLACK - 2, counts

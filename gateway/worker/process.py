@@ -19,6 +19,7 @@ from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker import lean
+from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
 from shm import Ring
@@ -58,6 +59,13 @@ async def run(config: Config, index: int, listener: socket.socket, ring_name: st
     ring = Ring.attach(ring_name)
     counters = Counters.attach(counters_name, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
+
+    def busier() -> bool:
+        load = counters.open_streams_by_worker()
+        others = load[:index] + load[index + 1:]
+        return bool(others) and load[index] > min(others) + BALANCE_SLACK
+
+    asyncio.get_running_loop().busier = busier  # read by accept.Loop.create_server
     control = ControlClient(control_path)
     app = create_app(config, hub, control, counters)
     stop = asyncio.Event()
