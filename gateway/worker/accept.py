@@ -68,11 +68,14 @@ class BurstServer:
             self._loop.remove_reader(self._fd)
             self._serving = False
 
+    def _pause_for(self, seconds: float) -> None:
+        self._pause()
+        self._retry = self._loop.call_later(seconds, self._start)
+
     def _accept(self) -> None:
         if self._busier is not None and not self._deferred and self._busier():
-            self._pause()  # a less loaded sibling, woken by the same event, takes it meanwhile
             self._deferred = True
-            self._retry = self._loop.call_later(DEFER_SECONDS, self._start)
+            self._pause_for(DEFER_SECONDS)  # a less loaded sibling, woken by the same event, takes it
             return
         self._deferred = False
         for _ in range(ACCEPT_BURST):
@@ -85,8 +88,7 @@ class BurstServer:
             except OSError as exc:
                 log.warning("accept failed; accepting again shortly", error=str(exc), retry_s=RETRY_SECONDS)
                 if exc.errno in RESOURCE_ERRORS:
-                    self._pause()  # level-triggered: without a pause the loop would spin
-                    self._retry = self._loop.call_later(RETRY_SECONDS, self._start)
+                    self._pause_for(RETRY_SECONDS)  # level-triggered: without a pause the loop would spin
                 return
             conn.setblocking(False)
             self._loop.create_task(self._connect(conn))

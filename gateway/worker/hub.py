@@ -73,7 +73,7 @@ class Entry:
 
 class Batch:
     """Every event after one cursor up to the head, joined for one request id, and how many
-    watchers took it this pass: their metrics are counted once per batch (`Hub._count`)."""
+    watchers took it this pass: their metrics are counted once per batch (`Hub._count_batches`)."""
 
     __slots__ = ("body", "events", "lag", "takers")
 
@@ -205,9 +205,12 @@ class Hub:
         """The metrics of every watcher that took a batch since the last count."""
         for batch in self._batches.values():
             if batch is not None and batch.takers:
-                self.counters.add("events_delivered", batch.events * batch.takers, WATCH_SESSION)
-                self.counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, batch.takers)
+                self._count(batch, batch.takers)
                 batch.takers = 0
+
+    def _count(self, batch: Batch, takers: int) -> None:
+        self.counters.add("events_delivered", batch.events * takers, WATCH_SESSION)
+        self.counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, takers)
 
     def entry(self, event_id: int) -> Entry | None:
         entry = self.window[event_id % self.slots]
@@ -234,8 +237,7 @@ class Hub:
         if len(self._batches) < MAX_BATCHES:
             self._batches[key] = found
         elif found is not None:  # not kept, so not counted later: its one taker counts now
-            self.counters.add("events_delivered", found.events, WATCH_SESSION)
-            self.counters.observe("reader_lag_events", found.lag, WATCH_SESSION)
+            self._count(found, 1)
         return found
 
     @property

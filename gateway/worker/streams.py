@@ -292,17 +292,14 @@ class Stream:
                 self.disconnected = True
 
     def _has_work(self) -> bool:
-        return (self.hub.head > self.cursor or self._heartbeat_due is not None or self.disconnected
+        return (self.hub.head > self.cursor or self._heartbeat_due is not None
                 or self.hub.closing or bool(self.hub.session_closed_at) or self._session_changed
                 or self.ended or self._must_wait())
 
     async def _watch_disconnect(self) -> None:
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self.disconnected = True
-                self.poke()
-                return
+        """Where the server's receive queue is not lean.py's: a task of its own waits on it."""
+        while not self.disconnected:
+            self._on_receive(await self._receive())
 
     def _on_receive(self, message: dict) -> None:
         if message["type"] == "http.disconnect":
