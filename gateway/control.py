@@ -4,20 +4,51 @@ A Unix stream socket; each message is a 4-byte big-endian length then one orjson
 A call is ``{"i": n, "op": name, "p": params}``; its answer ``{"i": n, "ok": result}`` or
 ``{"i": n, "err": {"code": c, "message": m}}`` (a JSON-RPC error the worker passes on as is).
 Calls are multiplexed on one connection per worker, so a slow call never blocks another.
+
+`Op` is the table of calls: each one's wire name and the parameters it carries. A worker
+calls `ControlClient.call(Op.GET, id=...)`; the sequencer reads the name back into an `Op`
+and hands it to its capsule's table of operations (capsule/embedded.py, capsule/upstream.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import struct
 from typing import Any, Awaitable, Callable
 
 import orjson
 
-from gateway.protocol.errors import RpcError
+from gateway.protocol.errors import INTERNAL_ERROR, RpcError
 
 MAX_MESSAGE = 64 << 20
+WHO = ("owner", "sees_all")  # the caller: the token's name, and whether it sees every task
+
+
+class Op(enum.Enum):
+    """Every control call: (wire name, the parameters it takes)."""
+
+    SEND = "send", ("params", "streaming", *WHO)  # SendMessage / SendStreamingMessage
+    GET = "get", ("id", *WHO)  # GetTask, and a lost task stream's check
+    SUBSCRIBE = "subscribe", ("id", *WHO)  # SubscribeToTask's opening task
+    LIST = "list", ("params", *WHO)  # ListTasks
+    CANCEL = "cancel", ("id", *WHO)  # CancelTask
+    STOP = "stop", ()  # murmur.StopSession
+    ATTACHMENT = "attachment", ("task_id", "sha256", *WHO)  # /attachments/<task>/<sha256>
+    CARD = "card", ()  # the upstream's public agent card (upstream mode)
+    EXTENDED_CARD = "extended_card", ()  # GetExtendedAgentCard (upstream mode)
+
+    def __init__(self, wire: str, params: tuple[str, ...]):
+        self.wire = wire
+        self.params = frozenset(params)
+
+    @classmethod
+    def named(cls, wire: object) -> "Op | None":
+        return _BY_WIRE.get(wire) if isinstance(wire, str) else None
+
+
+_BY_WIRE = {op.wire: op for op in Op}
 _LEN = struct.Struct(">I")
 
 
@@ -38,7 +69,7 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
     return orjson.loads(await reader.readexactly(size))
 
 
-Handler = Callable[[str, dict], Awaitable[Any]]
+Handler = Callable[[object, dict], Awaitable[Any]]
 
 
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -47,11 +78,11 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
 
     async def answer(call: dict) -> None:
         try:
-            reply = {"i": call["i"], "ok": await handler(call["op"], call.get("p") or {})}
+            reply = {"i": call["i"], "ok": await handler(call.get("op"), call.get("p") or {})}
         except RpcError as err:
             reply = {"i": call["i"], "err": {"code": err.code, "message": err.message}}
         except Exception as exc:  # a bug must answer the call, not hang the worker
-            reply = {"i": call["i"], "err": {"code": -32603, "message": f"internal error: {exc}"}}
+            reply = {"i": call["i"], "err": {"code": INTERNAL_ERROR, "message": f"internal error: {exc}"}}
         if not writer.is_closing():
             writer.write(encode(reply))
 
@@ -101,13 +132,15 @@ class ControlClient:
                 if not future.done():
                     future.set_exception(ConnectionError("sequencer connection lost"))
 
-    async def call(self, op: str, **params: Any) -> Any:
+    async def call(self, op: Op, **params: Any) -> Any:
         """The call's result; raises RpcError for an error answer, ConnectionError when down."""
+        if not params.keys() <= op.params:
+            raise TypeError(f"control call {op.wire} takes no {sorted(params.keys() - op.params)}")
         writer = await self._connect()
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._waiting[call_id] = future
-        writer.write(encode({"i": call_id, "op": op, "p": params}))
+        writer.write(encode({"i": call_id, "op": op.wire, "p": params}))
         reply = await future
         if "err" in reply:
             raise RpcError(reply["err"]["code"], reply["err"]["message"])

@@ -17,7 +17,8 @@ LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 _threshold = LEVELS["info"]
 
 
-def setup(role: str, level: str) -> None:
+def setup(level: str) -> None:
+    """The lowest level written (each process calls it once, at start)."""
     global _threshold
     _threshold = LEVELS[level]
 

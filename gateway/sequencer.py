@@ -270,5 +270,5 @@ def main(config_dict: dict, ring_name: str, counters_name: str, control_path: st
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
-    logs.setup("sequencer", config.log_level)
+    logs.setup(config.log_level)
     uvloop.run(serve(config, ring_name, counters_name, control_path, wake_socks))

@@ -191,7 +191,7 @@ class Supervisor:
 
 def run(config: Config) -> int:
     check_platform()
-    logs.setup("supervisor", config.log_level)
+    logs.setup(config.log_level)
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)

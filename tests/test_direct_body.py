@@ -1,4 +1,4 @@
-"""The direct body (gateway/worker/direct.py): chunks written past hypercorn must stay valid
+"""The direct sink (gateway/worker/hypercorn/direct.py): chunks written past hypercorn must stay valid
 HTTP/1.1, leave the connection reusable, and only be used where hypercorn's HTTP/1.1 path
 is found. A hypercorn release that moves the attributes `find` follows fails here."""
 
@@ -16,7 +16,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
 from gateway.protocol.parser import SSEParser
-from gateway.worker import direct
+from gateway.worker.hypercorn import direct
 from support import running_gateway
 
 CHUNKS = [b"first\n", b"x" * 70_000, b"", b"last\n"]
@@ -26,7 +26,7 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    body = direct.find(send)
+    body = direct.find(send, receive)
     if scope["path"] == "/direct" and body is not None:
         await send({"type": "http.response.body", "body": b"direct\n", "more_body": True})
         for chunk in CHUNKS:
@@ -102,8 +102,8 @@ def test_http_1_0_gets_no_direct_body(server):
 def test_find_declines_what_is_not_hypercorn():
     async def plain_send(message):
         pass
-    assert direct.find(plain_send) is None
-    assert direct.find(None) is None
+    assert direct.find(plain_send, None) is None
+    assert direct.find(None, None) is None
 
 
 def test_an_http_1_0_watcher_is_served_through_asgi_sends(tmp_path):

@@ -1,4 +1,4 @@
-"""gateway/worker/lean.py: the slimmer per-connection bookkeeping is installed on the pinned
+"""gateway/worker/hypercorn/lean.py: the slimmer per-connection bookkeeping is installed on the pinned
 hypercorn, and a stream still learns at once that its client left (through the lean receive
 queue, not a task of its own, and not at its next heartbeat)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.worker import lean
+from gateway.worker.hypercorn import lean
 from support import SSEStream, running_gateway, wait_for
 from test_observability import scrape
 

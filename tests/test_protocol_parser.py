@@ -20,10 +20,10 @@ def build_wire() -> bytes:
     rpc = orjson.dumps(1)
     status = ev.task_status(states.WORKING, TS, states.inference_turn(1), task_id=TASK_ID, context_id=CONTEXT_ID)
     return b"".join([
-        sse.frame_event(None, rpc, sse.encode_json(ev.taskless_frame_event(ev.connection_ack_frame("threaded")))),
+        sse.frame_event(None, rpc, orjson.dumps(ev.taskless_frame_event(ev.connection_ack_frame("threaded")))),
         sse.HEARTBEAT,
-        sse.frame_event(1, rpc, sse.encode_json(ev.status_update(TASK_ID, CONTEXT_ID, status))),
-        sse.frame_event(2, rpc, sse.encode_json(ev.task_frame_event(TASK_ID, CONTEXT_ID, ev.text_frame("héllo — ✓ 🚀", False), ts=TS))),
+        sse.frame_event(1, rpc, orjson.dumps(ev.status_update(TASK_ID, CONTEXT_ID, status))),
+        sse.frame_event(2, rpc, orjson.dumps(ev.task_frame_event(TASK_ID, CONTEXT_ID, ev.text_frame("héllo — ✓ 🚀", False), ts=TS))),
         sse.HEARTBEAT,
     ])
 

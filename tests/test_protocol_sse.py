@@ -22,12 +22,12 @@ def test_spec_event_id_3_byte_for_byte():
         states.WORKING, "2026-10-13T09:00:00.123Z", states.inference_turn(2),
         task_id=TASK_ID, context_id=CONTEXT_ID, message_id="msg_0199c4e2f1b87a01b2c3d4e5f6071829",
     )
-    result_json = sse.encode_json(ev.status_update(TASK_ID, CONTEXT_ID, status))
+    result_json = orjson.dumps(ev.status_update(TASK_ID, CONTEXT_ID, status))
     assert sse.frame_event(3, orjson.dumps("r1"), result_json) == SPEC_EVENT_3
 
 
 def test_event_is_one_data_line_and_a_blank_line():
-    result_json = sse.encode_json(ev.taskless_frame_event(ev.text_frame("a\nb", False)))
+    result_json = orjson.dumps(ev.taskless_frame_event(ev.text_frame("a\nb", False)))
     event = sse.frame_event(None, b"1", result_json)
     assert event.startswith(b'data: {"jsonrpc":"2.0","id":1,"result":{"message"')
     assert event.endswith(b"}\n\n") and event.count(b"\n") == 2

@@ -6,7 +6,7 @@ has exactly one right answer: every watcher is answered 200 and replays exactly 
 after its Last-Event-ID, up to the newest, with no gap frame. And the listening socket's
 accept queue is --listen-backlog, capped at net.core.somaxconn (by default that cap), so a
 storm waits in the queue rather than on SYN retries; and a worker takes that queue in bursts
-(gateway/worker/accept.py), not one connection per loop iteration as libuv would.
+(gateway/worker/hypercorn/accept.py), not one connection per loop iteration as libuv would.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 import uvloop
 
 from gateway.config import somaxconn
-from gateway.worker import accept
+from gateway.worker import process
+from gateway.worker.hypercorn import accept
 from gateway.protocol.parser import SSEParser
 from tests.support import (Http, SSEStream, headers_for, is_terminal_event, rpc, rpc_body,
                            running_gateway, task_id_of, user_message)
@@ -152,4 +153,4 @@ def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):
             for stream in streams:
                 stream.close()
     counts = sorted(served.count(pid) for pid in set(served))
-    assert len(counts) == 2 and counts[0] >= 15 - accept.BALANCE_SLACK - 2, counts
+    assert len(counts) == 2 and counts[0] >= 15 - process.BALANCE_SLACK - 2, counts

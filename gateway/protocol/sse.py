@@ -8,17 +8,15 @@ between its connection's prefix and the tail:
     id: 3\\ndata: {"jsonrpc":"2.0","id":"r1","result":<result_json>}\\n\\n
     '--- head ---''------------ rpc_prefix ----------'             '- EVENT_TAIL
 
-`frame_event` is the only place that layout is joined.
+`join_event` is the only place that layout is joined: `frame_event` builds one event from
+its parts, and a worker joins a ring event's cached head and result with each connection's
+prefix through it.
 """
 
 import orjson
 
 HEARTBEAT = b":heartbeat\n\n"
 EVENT_TAIL = b"}\n\n"
-
-
-def encode_json(obj) -> bytes:
-    return orjson.dumps(obj)
 
 
 def rpc_prefix(rpc_id_json: bytes) -> bytes:
@@ -30,8 +28,13 @@ def event_head(event_id: int | None) -> bytes:
     return b"data: " if event_id is None else b"id: %d\ndata: " % event_id
 
 
+def join_event(head: bytes, prefix: bytes, result_json: bytes) -> bytes:
+    """One whole event: `head` from `event_head`, `prefix` from `rpc_prefix`."""
+    return b"".join((head, prefix, result_json, EVENT_TAIL))
+
+
 def frame_event(event_id: int | None, rpc_id_json: bytes, result_json: bytes) -> bytes:
-    return b"".join((event_head(event_id), rpc_prefix(rpc_id_json), result_json, EVENT_TAIL))
+    return join_event(event_head(event_id), rpc_prefix(rpc_id_json), result_json)
 
 
 def json_rpc_result(rpc_id, result) -> bytes:

@@ -18,12 +18,8 @@ connection. SECURITY.md says what each limit defends.
 from __future__ import annotations
 
 import asyncio
-import base64
-import email.utils
-import hashlib
 import os
-import re
-import time
+from typing import Callable
 
 import orjson
 from starlette.applications import Starlette
@@ -34,7 +30,7 @@ from starlette.routing import Route
 
 from gateway import control_words
 from gateway.config import Config, TokenRule
-from gateway.control import ControlClient
+from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK,
@@ -45,13 +41,14 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
-from gateway.worker.card import agent_card, with_own_address
-from gateway.worker.direct import RAW_SEND
-from gateway.worker.door import (CLOSE, NOSNIFF, Admission, Caller, Door, Refused,
-                                 header, header_values, is_json_content_type, nests_deeper,
-                                 respond, respond_bytes, rpc_id_of, rpc_id_problem)
+from gateway.worker.attachments import AttachmentEndpoint
+from gateway.worker.card import CardRoute, agent_card
+from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
+                                 is_json_content_type, nests_deeper, respond, rpc_id_of,
+                                 rpc_id_problem)
 from gateway.worker.hub import Hub
-from gateway.worker.streams import Stream, TaskView
+from gateway.worker.sink import Sink
+from gateway.worker.stream import Stream, TaskView
 
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
@@ -60,16 +57,17 @@ PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificat
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
+SinkFactory = Callable[..., Sink]  # (send, receive) -> the connection's sink, from the server adapter
 
 
 class RpcEndpoint:
     """`POST /`: every JSON-RPC method."""
 
-    def __init__(self, config: Config, hub: Hub, control: ControlClient, counters: Counters):
+    def __init__(self, config: Config, hub: Hub, control: ControlClient, counters: Counters,
+                 sink_for: SinkFactory):
         self.config = config
         self.hub = hub
+        self.sink_for = sink_for
         self.control = control
         self.counters = counters
         self.door = Door(config)
@@ -131,7 +129,7 @@ class RpcEndpoint:
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
-            await stream.serve()
+            await self.hub.serve(stream, self.sink_for(send, receive))
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> Stream | None:
         """Answer the request, or open its stream and hand it back for `__call__` to serve."""
@@ -187,21 +185,21 @@ class RpcEndpoint:
     async def _call(self, method: str, params: dict, caller: Caller, scope: dict) -> object:
         who = caller.params()
         if method == SEND_MESSAGE:
-            answer = await self.control.call("send", params=params, streaming=False, **who)
+            answer = await self.control.call(Op.SEND, params=params, streaming=False, **who)
             if "message" in answer:  # a capsule may answer a message with a message
                 return {"message": answer["message"]}
             return {"task": answer.get("task") or answer["rejected"]}
         if method == GET_TASK:
-            return (await self.control.call("get", id=params.get("id"), **who))["task"]
+            return (await self.control.call(Op.GET, id=params.get("id"), **who))["task"]
         if method == LIST_TASKS:
-            return await self.control.call("list", params=params, **who)
+            return await self.control.call(Op.LIST, params=params, **who)
         if method == CANCEL_TASK:
-            return await self.control.call("cancel", id=params.get("id"), **who)
+            return await self.control.call(Op.CANCEL, id=params.get("id"), **who)
         if method == STOP_SESSION:
-            await self.control.call("stop")
+            await self.control.call(Op.STOP)
             return {}
         if self.config.upstream:
-            return await self.control.call("extended_card")
+            return await self.control.call(Op.EXTENDED_CARD)
         if self.door.public:
             raise RpcError(EXTENDED_AGENT_CARD_NOT_CONFIGURED,
                            "this door declares no network.authentication, so it has no extended card")
@@ -228,14 +226,13 @@ class RpcEndpoint:
         noted = self.hub.head  # noted before the task is read, so no event is lost in between
         parts: list[bytes] = []
         if method == WATCH_SESSION:
-            stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
-                            counters=self.counters, control=self.control, raw_send=scope.get(RAW_SEND))
+            stream = Stream(endpoint=method, rpc_id_json=rpc_id_json)
             parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
             ended = self._open_replay(stream, scope, parts, noted, watch=True)
         else:
             who = caller.params()
             if method == SEND_STREAMING_MESSAGE:
-                answer = await self.control.call("send", params=params, streaming=True, **who)
+                answer = await self.control.call(Op.SEND, params=params, streaming=True, **who)
                 if "rejected" in answer:
                     await self._start(send, method, activated, door_used)
                     rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
@@ -246,11 +243,9 @@ class RpcEndpoint:
                     status = answer["task"]["status"]
                     answer["task"]["status"] = {k: v for k, v in status.items() if k != "message"}
             else:
-                answer = await self.control.call("subscribe", id=params.get("id"), **who)
+                answer = await self.control.call(Op.SUBSCRIBE, id=params.get("id"), **who)
             task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
-            stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
-                            counters=self.counters, control=self.control, task=task,
-                            activated=activated, raw_send=scope.get(RAW_SEND))
+            stream = Stream(endpoint=method, rpc_id_json=rpc_id_json, task=task, activated=activated)
             parts.append(stream.unnumbered(events.task_event(answer["task"])))
             ended = self._open_replay(stream, scope, parts, noted, watch=False)
         await self._start(send, method, activated, door_used)
@@ -270,7 +265,7 @@ class RpcEndpoint:
                 parts.append(stream.connection_frame(events.gap_frame(plan.gap)))
         else:
             self.counters.add("replays", label="replayed")
-        return stream.replay(plan.after, parts)
+        return stream.replay(self.hub.window, plan.after, parts)
 
     async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
         headers = list(STREAM_HEAD)
@@ -281,40 +276,6 @@ class RpcEndpoint:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-class AttachmentEndpoint:
-    """`/attachments/<task-id>/<sha256>` (spec "Attachment bytes"), reached by every method so
-    each gets the spec's row. The bytes live in the sequencer's task registry under their
-    hash: no file system path is ever formed from the request."""
-
-    def __init__(self, door: Door, control: ControlClient, counters: Counters):
-        self.door, self.control, self.counters = door, control, counters
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["method"] != "GET":
-            await respond_bytes(send, 405, b"", [(b"allow", b"GET"), NOSNIFF])
-            return
-        try:
-            caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
-        except Refused as refusal:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
-            return
-        task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
-        found = None
-        if SHA256_HEX.fullmatch(sha256):
-            try:
-                found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
-            except ConnectionError:
-                await respond(send, 503, orjson.dumps({"error": "the sequencer is not reachable"}),
-                              [(b"retry-after", b"1")])
-                return
-        if found is None:
-            await respond_bytes(send, 404, b"", [NOSNIFF])
-            return
-        await respond_bytes(send, 200, base64.b64decode(found["data"]),
-                            [(b"content-type", found["mediaType"].encode()), NOSNIFF])
-
-
 async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own refusals (no route, a method the route does not take, a bug) as JSON."""
     if isinstance(exc, HTTPException):
@@ -322,33 +283,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "internal error"}, 500)
 
 
-def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
-    rpc = RpcEndpoint(config, hub, control, counters)
-    card_cache: dict[str, tuple[bytes, str, str, float]] = {}
-
-    async def card(request: Request) -> Response:
-        host = request.headers.get("host", "")
-        if host in card_cache and time.monotonic() - card_cache[host][3] > CARD_MAX_AGE_SECONDS:
-            del card_cache[host]  # an upstream's card may change: read it again after max-age
-        if host not in card_cache:
-            if len(card_cache) > 64:
-                card_cache.clear()
-            if config.upstream:
-                try:
-                    found = await control.call("card")
-                except (RpcError, ConnectionError) as exc:
-                    return JSONResponse({"error": f"the upstream's agent card is not available: {exc}"}, 503)
-                body = orjson.dumps(with_own_address(found, request.scope, config))
-            else:
-                body = orjson.dumps(agent_card(config, request.scope))
-            card_cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
-                                email.utils.formatdate(usegmt=True), time.monotonic())
-        body, etag, built, _ = card_cache[host]
-        headers = {"cache-control": f"public, max-age={CARD_MAX_AGE_SECONDS}", "etag": etag, "last-modified": built,
-                   "vary": "host"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        return Response(body, media_type="application/json", headers=headers)
+def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters,
+               sink_for: SinkFactory) -> Admission:
+    rpc = RpcEndpoint(config, hub, control, counters, sink_for)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "serving", "pid": os.getpid()})
@@ -361,7 +298,7 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
 
     app = Starlette(routes=[
         Route("/", rpc, methods=["POST"]),
-        Route("/.well-known/agent-card.json", card, methods=["GET"]),
+        Route("/.well-known/agent-card.json", CardRoute(config, control).respond, methods=["GET"]),
         Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

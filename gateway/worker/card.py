@@ -4,10 +4,23 @@ stream extensions in that order (INTERFACES.md)."""
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
+import time
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
 from gateway.config import Config
+from gateway.control import ControlClient, Op
 from gateway.protocol import events
+from gateway.protocol.errors import RpcError
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
 from gateway.worker.door import header
+
+CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
+MAX_CACHED_HOSTS = 64
 
 
 def own_url(config: Config, scope: dict) -> str:
@@ -58,3 +71,40 @@ def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
         card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
         card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     return card
+
+
+class CardRoute:
+    """`GET /.well-known/agent-card.json`, built once per Host header (the card names it) and
+    kept for its max-age, with an ETag a client may revalidate with."""
+
+    def __init__(self, config: Config, control: ControlClient):
+        self.config, self.control = config, control
+        self.cache: dict[str, tuple[bytes, str, str, float]] = {}
+
+    async def _build(self, request: Request) -> bytes | Response:
+        if not self.config.upstream:
+            return orjson.dumps(agent_card(self.config, request.scope))
+        try:
+            found = await self.control.call(Op.CARD)
+        except (RpcError, ConnectionError) as exc:
+            return JSONResponse({"error": f"the upstream's agent card is not available: {exc}"}, 503)
+        return orjson.dumps(with_own_address(found, request.scope, self.config))
+
+    async def respond(self, request: Request) -> Response:
+        cache, host = self.cache, request.headers.get("host", "")
+        if host in cache and time.monotonic() - cache[host][3] > CARD_MAX_AGE_SECONDS:
+            del cache[host]  # an upstream's card may change: read it again after max-age
+        if host not in cache:
+            if len(cache) > MAX_CACHED_HOSTS:
+                cache.clear()
+            body = await self._build(request)
+            if isinstance(body, Response):
+                return body
+            cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
+                           email.utils.formatdate(usegmt=True), time.monotonic())
+        body, etag, built, _ = cache[host]
+        headers = {"cache-control": f"public, max-age={CARD_MAX_AGE_SECONDS}", "etag": etag, "last-modified": built,
+                   "vary": "host"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(body, media_type="application/json", headers=headers)

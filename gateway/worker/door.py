@@ -17,7 +17,6 @@ import orjson
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.direct import RAW_SEND
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
@@ -153,7 +152,7 @@ def nests_deeper(value: object, limit: int) -> bool:
 
 class Admission:
     """What every request passes before any route: the worker's open-request limit and the head
-    limits. hypercorn bounds what it buffers of an unfinished head (process.py); this checks
+    limits. the server bounds what it buffers of an unfinished head (hypercorn/serving.py); this checks
     the finished head, so a refusal can carry a JSON body."""
 
     def __init__(self, app, config: Config, counters: Counters, rpc=None):
@@ -186,12 +185,11 @@ class Admission:
             await refusal.send(send)
             return
         self.open += 1
-        scope[RAW_SEND] = send  # a stream's direct body is found behind it (direct.py)
-        direct = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+        to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
         try:
-            await (self.rpc if direct else self.app)(scope, receive, send)
+            await (self.rpc if to_rpc else self.app)(scope, receive, send)
         except Exception:
-            if direct:  # as Starlette would: a JSON 500 (app.http_error) if the response has not started
+            if to_rpc:  # as Starlette would: a JSON 500 (app.http_error) if the response has not started
                 try:
                     await respond(send, 500, INTERNAL_ERROR_BODY)
                 except Exception:

@@ -1,111 +1,78 @@
-"""A worker's view of the ring: one pump, one window, one heartbeat wheel for every stream.
+"""A worker's delivery loop: one pump, one window, one heartbeat heap, one pass for every stream.
 
-The pump copies each new ring record once into a local 512-entry window when the sequencer
-wakes the worker; every open stream then walks that window from its own integer cursor.
-An idle stream costs a cursor, never a buffer. Each entry caches the event's bytes joined
-with a few JSON-RPC request ids (most watchers send the same id), and each pass caches the
-joined batch per (cursor, id) (`batch`): watchers in step share one join per pass, so a
-watcher's share of a pass is its `transport.write`.
+The pump copies each new ring record once into the window (window.py) when the sequencer
+wakes the worker, then makes one pass over the streams the new events concern: each parked
+stream gathers its body (stream.py) and the hub hands it to the stream's sink (sink.py), in
+the pass itself, with no coroutine switch. A stream's coroutine (`serve`) runs only for what
+needs an await: its opening, a blocked sink, a task lookup, its end. Every delivery metric
+is counted here, once per pass: shared batches once per batch, each stream's own walk from
+what it noted.
 
 Wake-up protocol (control_words.ARMED): before sleeping the worker sets its armed word and
 re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
 store before a later load (store buffering), so an armed flag and a head published at the
 same instant can miss each other: a slow poll (`POLL_SECONDS`) closes that window.
-
-Heartbeats: each stream is due at open + k x interval, never reset by events; one timer
-serves the earliest due stream (at most once per HEARTBEAT_TICK_SECONDS), and the delay
-past the due time is the jitter metric.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import socket
 import time
-from typing import TYPE_CHECKING
 
-from gateway import control_words, records
+from gateway import control_words, logs
+from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.protocol import sse
+from gateway.worker.heartbeats import Heartbeats
+from gateway.worker.sink import Sink
+from gateway.worker.stream import Stream
+from gateway.worker.window import Window
 from shm import Ring
-
-if TYPE_CHECKING:
-    from gateway.worker.streams import Stream
 
 POLL_SECONDS = 0.05
 # With many streams open, a wake-up runs the pump this much later, so events written meanwhile
-# go out in the same batched send: at 100 events/s, 2 ms halves the sends for +1 ms latency.
-# With few streams, sends are cheap and the pump runs at once.
+# go out in the same batched write: at 100 events/s, 2 ms halves the writes for +1 ms latency.
+# With few streams, writes are cheap and the pump runs at once.
 COALESCE_SECONDS = 0.002
 COALESCE_MIN_STREAMS = 64
-MAX_CACHED_JOINS = 4
-# The heartbeat timer fires at most once per tick and writes every heartbeat then due:
-# streams open at scattered instants, and one timer per due time (thousands a second with
-# 10,000 watchers) cost most of an idle worker. A heartbeat is late by under a tick.
-HEARTBEAT_TICK_SECONDS = 0.01
-MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
 
-
-class Entry:
-    """One ring event as this worker holds it."""
-
-    __slots__ = ("id", "key", "meta", "full", "plain", "head", "joins")
-
-    def __init__(self, event_id: int, key: int, meta: int, data: bytes):
-        self.id, self.key, self.meta = event_id, key, meta
-        self.full, self.plain = records.unpack(meta, data)
-        self.head = sse.event_head(event_id)
-        self.joins: dict[tuple[bytes, bool], bytes] = {}
-
-    def wire(self, prefix: bytes, plain: bool) -> bytes:
-        """The whole SSE event for a connection whose JSON-RPC prefix is `prefix`."""
-        cache_key = (prefix, plain)
-        joined = self.joins.get(cache_key)
-        if joined is None:
-            joined = b"".join((self.head, prefix, self.plain if plain else self.full, sse.EVENT_TAIL))
-            if len(self.joins) < MAX_CACHED_JOINS:
-                self.joins[cache_key] = joined
-        return joined
-
-
-class Batch:
-    """Every event after one cursor up to the head, joined for one request id, and how many
-    watchers took it this pass: their metrics are counted once per batch (`Hub._count_batches`)."""
-
-    __slots__ = ("body", "events", "lag", "takers")
-
-    def __init__(self, body: bytes, events: int, lag: int):
-        self.body, self.events, self.lag, self.takers = body, events, lag, 0
+log = logs.get("worker")
 
 
 class Hub:
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
-                 counters: Counters):
+                 counters: Counters, control: ControlClient):
         self.ring = ring
         self.counters = counters
+        self.control = control
         self.wake_sock = wake_sock
         self.index = index
-        self.interval = interval
-        self.slots = ring.slots
-        self.window: list[Entry | None] = [None] * self.slots
-        self.head = 0
-        self.oldest = 0
+        self.window = Window(ring.slots)
         self.epoch = ring.epoch
-        self.session_closed_at = 0
-        self.closing = False
         self.open_streams = 0
         self.watchers: set[Stream] = set()
         self.task_streams: dict[int, set[Stream]] = {}
-        self._due: list[tuple[float, int, Stream]] = []
-        self._order = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
+        self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._batches: dict[tuple[int, bytes, bool], Batch | None] = {}
+
+    @property
+    def head(self) -> int:
+        return self.window.head
+
+    @property
+    def oldest(self) -> int:
+        return self.window.oldest
+
+    @property
+    def next_id(self) -> int:
+        return self.window.head + 1
+
+    @property
+    def closing(self) -> bool:
+        return self.window.closing
 
     # --- the pump ---
 
@@ -113,13 +80,14 @@ class Hub:
         self._loop = asyncio.get_running_loop()
         self.wake_sock.setblocking(False)
         self._loop.add_reader(self.wake_sock.fileno(), self._on_wake)
-        self.head = max(0, self.ring.head - self.slots)
+        self.window.head = max(0, self.ring.head - self.window.slots)
         self.sync()
 
     def stop(self) -> None:
         if self._loop is not None:
             self._loop.remove_reader(self.wake_sock.fileno())
-        for handle in (self._timer, self._poll, self._pending_sync):
+        self.heartbeats.stop()
+        for handle in (self._poll, self._pending_sync):
             if handle is not None:
                 handle.cancel()
 
@@ -145,156 +113,200 @@ class Hub:
         self.sync()
 
     def sync(self) -> None:
-        """Copy every new record into the window, then wake the streams it concerns."""
-        ring, words = self.ring, self.ring.control
+        """Copy every new record into the window, then write the streams it concerns."""
+        ring, words, window = self.ring, self.ring.control, self.window
         words[control_words.ARMED + self.index] = 0
         if ring.epoch != self.epoch:
             self._new_session(ring.epoch)
         target = ring.head
         keys: set[int] = set()
-        advanced = target > self.head
+        advanced = target > window.head
         if advanced:
-            first = max(self.head + 1, target - self.slots + 1)
-            for event_id in range(first, target + 1):
+            for event_id in range(max(window.head + 1, target - window.slots + 1), target + 1):
                 record = ring.read(event_id)
-                entry = None if record is None else Entry(event_id, record.key, record.meta, record.data)
-                self.window[event_id % self.slots] = entry
-                if entry is not None:
-                    keys.add(entry.key)
+                if record is None:
+                    window.drop(event_id)
+                else:
+                    keys.add(window.put(event_id, record.key, record.meta, record.data).key)
             self._count_batches()
-            self._batches.clear()
-            self.head = target
-        self.oldest = ring.oldest
+            window.batches.clear()
+            window.head = target
+        window.oldest = ring.oldest
         closed_at = words[control_words.SESSION_CLOSED]
-        closing = self.closing or bool(words[control_words.CLOSING])
-        if advanced or closed_at != self.session_closed_at or closing != self.closing:
-            self.session_closed_at, self.closing = closed_at, closing
-            self._notify(keys)  # only when something changed: an idle poll wakes no stream
+        closing = window.closing or bool(words[control_words.CLOSING])
+        if advanced or closed_at != window.session_closed_at or closing != window.closing:
+            window.session_closed_at, window.closing = closed_at, closing
+            self._pass(keys)  # only when something changed: an idle poll writes nothing
         words[control_words.ARMED + self.index] = 1
-        if ring.head != self.head or ring.epoch != self.epoch:
+        if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:
             self._poll = self._loop.call_later(POLL_SECONDS, self._on_poll)
 
     def _new_session(self, epoch: int) -> None:
-        self.window = [None] * self.slots
-        self.head = self.oldest = 0
+        self.window.clear()
         self.epoch = epoch
         for stream in self.all_streams():
-            if stream.session_changed():
+            stream.session_changed = True
+            if self._write(stream):
                 self.counters.add("sends", label=stream.endpoint)
 
-    def _notify(self, keys: set[int]) -> None:
-        everyone = self.closing or self.session_closed_at
+    # --- the pass ---
+
+    def _pass(self, keys: set[int]) -> None:
+        everyone = self.window.closing or self.window.session_closed_at
         sends = 0
         for stream in self.watchers:
-            sends += stream.wake()
+            sends += self._write(stream)
         if sends:
             self.counters.add("sends", sends, WATCH_SESSION)
+        head = self.window.head
         for key, streams in self.task_streams.items():
             if everyone or key in keys:
                 for stream in streams:
-                    if stream.wake():
+                    if self._write(stream):
                         self.counters.add("sends", label=stream.endpoint)
-            else:
+            else:  # other tasks' events: a parked task stream is not behind
                 for stream in streams:
-                    stream.skip_idle(self.head)
+                    if stream.waiter is not None and not stream.waiter.done():
+                        stream.cursor = head
         self._count_batches()
 
+    def _write(self, stream: Stream) -> int:
+        """A parked stream's write in the pass: 1 when it wrote. Whatever needs an await (a
+        blocked sink, a task lookup, the end) resumes its coroutine instead."""
+        waiter = stream.waiter
+        if waiter is None or waiter.done():
+            return 0  # running: its coroutine looks for work before it parks again
+        sink = stream.sink
+        if self.window.closing or stream.check_due or sink.closed:
+            waiter.set_result(None)
+            return 0
+        body = stream.gather(self.window)
+        if stream.noted:
+            self._count_noted(stream)
+        if not body:
+            if stream.ended or stream.check_due:
+                waiter.set_result(None)
+            return 0
+        if not sink.write(body) or stream.ended or stream.check_due:
+            waiter.set_result(None)
+        return 1
+
+    def _count_noted(self, stream: Stream) -> None:
+        """What a stream noted of its own walk (not a shared batch), counted and reset."""
+        counters, label = self.counters, stream.endpoint
+        stream.noted = False
+        if stream.lag >= 0:
+            counters.observe("reader_lag_events", stream.lag, label)
+            counters.add("events_delivered", stream.delivered, label)
+            stream.lag, stream.delivered = -1, 0
+        if stream.missed:
+            counters.add("events_lost_to_lag", stream.missed, label)
+            log.warning(f"SSE broadcast lagged by {stream.missed} events", endpoint=label)
+            stream.missed = 0
+        if stream.lagged_frames:
+            counters.add("lagged_frames", stream.lagged_frames, label)
+            stream.lagged_frames = 0
+        if stream.beat_due is not None:
+            counters.observe("heartbeat_jitter_seconds", time.monotonic() - stream.beat_due)
+            counters.add("heartbeats")
+            stream.beat_due = None
+
     def _count_batches(self) -> None:
-        """The metrics of every watcher that took a batch since the last count."""
-        for batch in self._batches.values():
-            if batch is not None and batch.takers:
-                self._count(batch, batch.takers)
-                batch.takers = 0
+        """The metrics of every watcher that took a shared batch since the last count."""
+        counters = self.counters
+        for batch in self.window.taken_batches():
+            counters.add("events_delivered", batch.events * batch.takers, WATCH_SESSION)
+            counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, batch.takers)
+            batch.takers = 0
 
-    def _count(self, batch: Batch, takers: int) -> None:
-        self.counters.add("events_delivered", batch.events * takers, WATCH_SESSION)
-        self.counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, takers)
-
-    def entry(self, event_id: int) -> Entry | None:
-        entry = self.window[event_id % self.slots]
-        return entry if entry is not None and entry.id == event_id else None
-
-    def batch(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
-        """Every event after `cursor` up to the head, joined for a watcher whose JSON-RPC
-        prefix is `prefix`; None when one is missing from the window (the caller then walks
-        it event by event and accounts for the hole). Cached until the head moves, so a
-        thousand watchers in step share one join."""
-        key = (cursor, prefix, plain)
-        try:
-            return self._batches[key]
-        except KeyError:
-            pass
-        wires = []
-        for event_id in range(cursor + 1, self.head + 1):
-            entry = self.entry(event_id)
-            if entry is None:
-                wires = None
-                break
-            wires.append(entry.wire(prefix, plain))
-        found = None if wires is None else Batch(b"".join(wires), len(wires), self.head - cursor)
-        if len(self._batches) < MAX_BATCHES:
-            self._batches[key] = found
-        elif found is not None:  # not kept, so not counted later: its one taker counts now
-            self._count(found, 1)
-        return found
-
-    @property
-    def next_id(self) -> int:
-        return self.head + 1
+    def _heartbeat_due(self, stream: Stream, due: float) -> bool:
+        if stream.sink is None:
+            return False  # closed: dropped from the heap
+        stream.heartbeat_due = due
+        if self._write(stream):
+            self.counters.add("sends", label=stream.endpoint)
+        return True
 
     # --- streams ---
 
     def all_streams(self) -> list[Stream]:
         return list(self.watchers) + [s for group in self.task_streams.values() for s in group]
 
-    def add(self, stream: Stream, task_key: int | None) -> None:
+    def _add(self, stream: Stream) -> None:
         self.open_streams += 1
-        if task_key is None:
+        if stream.task is None:
             self.watchers.add(stream)
         else:
-            self.task_streams.setdefault(task_key, set()).add(stream)
-        self.schedule_heartbeat(stream, time.monotonic() + self.interval)
+            self.task_streams.setdefault(stream.task.key, set()).add(stream)
+        self.heartbeats.add(stream)
+        self.counters.add("connections_open", label=stream.endpoint)
+        self.counters.add("connections", label=stream.endpoint)
 
-    def remove(self, stream: Stream, task_key: int | None) -> None:
+    def _remove(self, stream: Stream) -> None:
         self.open_streams -= 1
-        if task_key is None:
+        if stream.task is None:
             self.watchers.discard(stream)
         else:
-            group = self.task_streams.get(task_key)
+            group = self.task_streams.get(stream.task.key)
             if group is not None:
                 group.discard(stream)
                 if not group:
-                    del self.task_streams[task_key]
+                    del self.task_streams[stream.task.key]
+        self.counters.sub("connections_open", label=stream.endpoint)
 
     def close_all(self) -> None:
-        self.closing = True
+        self.window.closing = True
         for stream in self.all_streams():
             stream.poke()
 
-    # --- the heartbeat wheel ---
+    def _own_write(self, stream: Stream, body: bytes) -> None:
+        """A write from the stream's coroutine (not the pass)."""
+        if stream.noted:
+            self._count_noted(stream)
+        if body and not stream.sink.closed:
+            stream.sink.write(body)
+            self.counters.add("sends", label=stream.endpoint)
 
-    def schedule_heartbeat(self, stream: Stream, due: float) -> None:
-        heapq.heappush(self._due, (due, next(self._order), stream))
-        if self._due[0][2] is stream:
-            self._arm_timer()
+    async def _ending_of_lost_task(self, stream: Stream) -> bytes:
+        try:
+            found = await self.control.call(Op.GET, id=stream.task.id)
+        except Exception:  # unreachable now: the next heartbeat asks again
+            return b""
+        return stream.ending_from(found["task"])
 
-    def _arm_timer(self, floor: float = 0.0) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        if self._due:
-            delay = max(floor, self._due[0][0] - time.monotonic())
-            self._timer = asyncio.get_running_loop().call_later(delay, self._fire_heartbeats)
-
-    def _fire_heartbeats(self) -> None:
-        self._timer = None
-        now = time.monotonic()
-        while self._due and self._due[0][0] <= now:
-            due, _, stream = heapq.heappop(self._due)
-            if stream.open:
-                if stream.heartbeat_due(due):
-                    self.counters.add("sends", label=stream.endpoint)
-                heapq.heappush(self._due, (due + self.interval, next(self._order), stream))
-        self._arm_timer(HEARTBEAT_TICK_SECONDS)
+    async def serve(self, stream: Stream, sink: Sink) -> None:
+        """Write the stream's opening, then live events until it ends (at once when `ended`
+        is already set), the client leaves or the worker drains. While nothing needs an
+        await the coroutine parks, and the pass writes for it (`_write`)."""
+        loop, window = asyncio.get_running_loop(), self.window
+        stream.sink = sink
+        sink.on_disconnect(stream.poke)
+        self._add(stream)
+        try:
+            opening, stream.opening = stream.opening, b""
+            self._own_write(stream, opening)
+            del opening
+            while not (stream.ended or sink.closed or window.closing):
+                if sink.blocked:
+                    await sink.drain()
+                elif stream.check_due:
+                    stream.check_due = False
+                    self._own_write(stream, await self._ending_of_lost_task(stream))
+                elif stream.has_work(window):
+                    self._own_write(stream, stream.gather(window))
+                else:
+                    stream.waiter = loop.create_future()
+                    try:
+                        await stream.waiter
+                    finally:
+                        stream.waiter = None
+            if not sink.closed:
+                await sink.end()
+        finally:
+            self._remove(stream)
+            sink.release()
+            # The heartbeat heap holds a closed stream until its next due time: let it hold
+            # the stream alone, not the connection behind it.
+            stream.sink = None

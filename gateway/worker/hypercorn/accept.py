@@ -17,7 +17,7 @@ by the others (tests/test_faults.py).
 
 Balance: every worker idle in epoll is woken for a new connection and the first to run takes
 it, so on an idle gateway one worker could take every stream (measured: 30 of 30). A worker
-holding more than BALANCE_SLACK streams beyond its least-loaded sibling (`busier`, from the
+holding more than its share of streams (`busier`: the worker's policy, process.py, from the
 shared metric blocks) steps back from one readable event for DEFER_SECONDS; if the connection
 is still queued then (the sibling is stopped or busy), it accepts it after all.
 """
@@ -35,7 +35,6 @@ from gateway import logs
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
 DEFER_SECONDS = 0.005
 
 log = logs.get("worker")
@@ -123,7 +122,7 @@ class BurstServer:
 
 class Loop(uvloop.Loop):
     """uvloop, with plain TCP servers on a given socket accepting in bursts (BurstServer).
-    `busier`, when the worker sets it, is handed to them (balance between workers)."""
+    `busier`, set by `serving.serve`, is handed to them (balance between workers)."""
 
     busier = None
 

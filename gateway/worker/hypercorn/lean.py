@@ -9,7 +9,8 @@ and the event keep their waiters and items in a list (56 bytes empty; at most
 `max_app_queue_size` items) and the two helpers are made once per loop.
 
 hypercorn is pinned (pyproject.toml): `install` patches only the version whose
-`TaskGroup.spawn_app` this module copies, and does nothing on any other.
+`TaskGroup.spawn_app` this module copies, and does nothing on any other (serving.py then
+gives every stream the plain ASGI sink).
 """
 
 from __future__ import annotations

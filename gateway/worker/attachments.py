@@ -1,0 +1,47 @@
+"""`/attachments/<task-id>/<sha256>` (spec "Attachment bytes"), reached by every method so
+each gets the spec's row. The bytes live in the sequencer's task registry (or the upstream's
+cache) under their hash: no file system path is ever formed from the request."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import orjson
+
+from gateway.control import ControlClient, Op
+from gateway.metrics import Counters
+from gateway.protocol.activation import GET_TASK
+from gateway.worker.door import NOSNIFF, Door, Refused, header, respond, respond_bytes
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class AttachmentEndpoint:
+    def __init__(self, door: Door, control: ControlClient, counters: Counters):
+        self.door, self.control, self.counters = door, control, counters
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["method"] != "GET":
+            await respond_bytes(send, 405, b"", [(b"allow", b"GET"), NOSNIFF])
+            return
+        try:
+            caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
+        except Refused as refusal:
+            self.counters.add("requests_refused")
+            await refusal.send(send)
+            return
+        task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
+        found = None
+        if SHA256_HEX.fullmatch(sha256):
+            try:
+                found = await self.control.call(Op.ATTACHMENT, task_id=task_id, sha256=sha256, **caller.params())
+            except ConnectionError:
+                await respond(send, 503, orjson.dumps({"error": "the sequencer is not reachable"}),
+                              [(b"retry-after", b"1")])
+                return
+        if found is None:
+            await respond_bytes(send, 404, b"", [NOSNIFF])
+            return
+        await respond_bytes(send, 200, base64.b64decode(found["data"]),
+                            [(b"content-type", found["mediaType"].encode()), NOSNIFF])

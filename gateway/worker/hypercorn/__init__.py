@@ -1,0 +1,12 @@
+"""The worker's server adapter: every line that knows hypercorn (or its h11) is in this package.
+
+serving.py runs hypercorn under uvloop and checks the internals the rest follows, falling
+back to plain ASGI when they moved; accept.py accepts connections in bursts; direct.py is
+the sink that writes a stream's chunks straight to the transport; asgi.py the sink over
+plain ASGI sends; lean.py slims hypercorn's per-request bookkeeping. The rest of the worker
+sees only `Sink` (gateway/worker/sink.py) and the three names below.
+"""
+
+from gateway.worker.hypercorn.serving import prepare, run, serve
+
+__all__ = ["prepare", "run", "serve"]

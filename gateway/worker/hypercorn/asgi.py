@@ -1,0 +1,94 @@
+"""The plain ASGI sink: a stream's bytes as ASGI body sends, and its client's leaving.
+
+Every server can take it: HTTP/1.0 (a close-delimited body), HTTP/2, or a hypercorn whose
+internals direct.py no longer finds. `write` keeps the body and answers blocked, so the
+stream's coroutine sends it in `drain`: one ASGI send per wake-up.
+
+How the stream learns its client left: where the receive queue is lean.py's `LeanQueue`,
+the queue tells the sink of each message it takes (no task waits on `receive`); anywhere
+else a task of the sink's own waits on `receive` for `http.disconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+from gateway.worker.hypercorn.lean import LeanQueue
+
+Send = Callable[[dict], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict]]
+
+
+class AsgiSink:
+    __slots__ = ("_send", "_receive", "_inbox", "_watcher", "_on_disconnect", "left", "_pending")
+
+    def __init__(self, send: Send, receive: Receive):
+        self._send = send
+        self._receive = receive
+        self._inbox: LeanQueue | None = None
+        self._watcher: asyncio.Task | None = None
+        self._on_disconnect: Callable[[], None] | None = None
+        self.left = False  # the client went away (or a send to it failed)
+        self._pending: bytes | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.left
+
+    @property
+    def blocked(self) -> bool:
+        return self._pending is not None
+
+    def write(self, body: bytes) -> bool:
+        self._pending = body if self._pending is None else self._pending + body
+        return False
+
+    async def drain(self) -> None:
+        while self._pending is not None and not self.left:
+            body, self._pending = self._pending, None
+            try:
+                await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            except Exception:  # the peer went away mid-write
+                self._leave()
+        self._pending = None
+
+    async def end(self) -> None:
+        await self.drain()
+        if not self.closed:
+            try:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            except Exception:
+                pass
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        self._on_disconnect = callback
+        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue (lean.py)
+        if isinstance(inbox, LeanQueue):
+            self._inbox = inbox
+            inbox.on_put = self._on_receive
+            while not inbox.empty():  # the client may have left while the stream opened
+                self._on_receive(inbox.get_nowait())
+        else:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def _on_receive(self, message: dict) -> None:
+        if message["type"] == "http.disconnect":
+            self._leave()
+
+    def _leave(self) -> None:
+        if not self.left:
+            self.left = True
+            if self._on_disconnect is not None:
+                self._on_disconnect()
+
+    async def _watch(self) -> None:
+        while not self.left:
+            self._on_receive(await self._receive())
+
+    def release(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self._inbox is not None:
+            self._inbox.on_put = None
+        self._send = self._receive = self._inbox = self._watcher = self._on_disconnect = None

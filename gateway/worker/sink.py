@@ -1,0 +1,39 @@
+"""How a stream's bytes leave the worker: the one interface every write goes through.
+
+The hub hands each stream's body to its sink; the sink knows the server. A sink's `write`
+never awaits, so the hub writes every parked stream in its own pass, with no coroutine
+switch. A sink that cannot write at once (an ASGI send is a coroutine) keeps the body and
+answers blocked; the stream's coroutine then awaits `drain`, which sends it. The server
+adapter (gateway/worker/hypercorn/) makes the sinks: one straight to the transport where
+the server's internals allow it, one over plain ASGI sends everywhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+
+class Sink(Protocol):
+    @property
+    def closed(self) -> bool:
+        """The client left, or the connection broke: nothing more is written."""
+
+    @property
+    def blocked(self) -> bool:
+        """Bytes wait to leave: no write until `drain` returns."""
+
+    def write(self, body: bytes) -> bool:
+        """Take `body` (one SSE chunk of the stream). True: accepted, more may follow now;
+        False: taken, but the sink is blocked until `drain`."""
+
+    async def drain(self) -> None:
+        """Until what was written has left or the sink is closed; never raises."""
+
+    async def end(self) -> None:
+        """End the response body (the stream is over and the client is still there)."""
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once when the client leaves (it may already have)."""
+
+    def release(self) -> None:
+        """The stream is over: let go of the connection's objects."""

@@ -1,0 +1,122 @@
+"""A worker's copy of the ring's recent events, and the byte joins its streams share.
+
+The hub's pump copies each new ring record once into this 512-entry window; every open
+stream then walks it from its own integer cursor. An idle stream costs a cursor, never a
+buffer. Each `Entry` caches its SSE event joined with a few JSON-RPC request prefixes
+(most watchers send the same id), and `batch` caches, until the head moves, every event
+after one cursor joined for one prefix: watchers in step share one join per pass, so a
+watcher's share of a pass is one write.
+
+Nothing here does I/O or counts a metric: a `Batch` only records how many streams took it
+(`takers`), and the hub counts them once per pass.
+"""
+
+from __future__ import annotations
+
+from gateway import records
+from gateway.protocol import sse
+
+MAX_CACHED_JOINS = 4  # request prefixes an entry keeps joined
+MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
+
+
+class Entry:
+    """One ring event as this worker holds it."""
+
+    __slots__ = ("id", "key", "meta", "full", "plain", "head", "joins")
+
+    def __init__(self, event_id: int, key: int, meta: int, data: bytes):
+        self.id, self.key, self.meta = event_id, key, meta
+        self.full, self.plain = records.unpack(meta, data)
+        self.head = sse.event_head(event_id)
+        self.joins: dict[tuple[bytes, bool], bytes] = {}
+
+    def wire(self, prefix: bytes, plain: bool) -> bytes:
+        """The whole SSE event for a connection whose JSON-RPC prefix is `prefix`."""
+        cache_key = (prefix, plain)
+        joined = self.joins.get(cache_key)
+        if joined is None:
+            joined = sse.join_event(self.head, prefix, self.plain if plain else self.full)
+            if len(self.joins) < MAX_CACHED_JOINS:
+                self.joins[cache_key] = joined
+        return joined
+
+
+class Batch:
+    """Every event after one cursor up to the head, joined for one request prefix, and how
+    many streams took it since the hub last counted (`takers`)."""
+
+    __slots__ = ("body", "events", "lag", "takers")
+
+    def __init__(self, body: bytes, events: int, lag: int):
+        self.body, self.events, self.lag, self.takers = body, events, lag, 0
+
+
+class Window:
+    """Ring events by id, the head and oldest ids, and what the session's control words said
+    at the last copy (`session_closed_at`, `closing`)."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.entries: list[Entry | None] = [None] * slots
+        self.head = 0
+        self.oldest = 0
+        self.session_closed_at = 0  # the ring's SESSION_CLOSED word: head + 1 when the session ended
+        self.closing = False  # the gateway drains: every stream ends now
+        self.batches: dict[tuple[int, bytes, bool], Batch | None] = {}
+        self.uncounted: list[Batch] = []  # batches past MAX_BATCHES: taken once, counted by the hub
+
+    def clear(self) -> None:
+        """A new session: nothing of the old one is kept."""
+        self.entries = [None] * self.slots
+        self.head = self.oldest = 0
+        self.batches.clear()
+
+    def put(self, event_id: int, key: int, meta: int, data: bytes) -> Entry:
+        entry = self.entries[event_id % self.slots] = Entry(event_id, key, meta, data)
+        return entry
+
+    def drop(self, event_id: int) -> None:
+        """The ring overwrote the record before it was copied: a hole every stream crossing it
+        accounts for."""
+        self.entries[event_id % self.slots] = None
+
+    def entry(self, event_id: int) -> Entry | None:
+        entry = self.entries[event_id % self.slots]
+        return entry if entry is not None and entry.id == event_id else None
+
+    def take_batch(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
+        """Every event after `cursor` up to the head, joined for a stream whose JSON-RPC prefix
+        is `prefix`, counted as taken once; None when one is missing from the window (the
+        stream then walks it event by event and accounts for the hole). Cached until the head
+        moves, so a thousand watchers in step share one join."""
+        key = (cursor, prefix, plain)
+        try:
+            found = self.batches[key]
+        except KeyError:
+            found = self._join(cursor, prefix, plain)
+            if len(self.batches) < MAX_BATCHES:
+                self.batches[key] = found
+            elif found is not None:
+                self.uncounted.append(found)
+        if found is not None:
+            found.takers += 1
+        return found
+
+    def _join(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
+        wires = []
+        for event_id in range(cursor + 1, self.head + 1):
+            entry = self.entry(event_id)
+            if entry is None:
+                return None
+            wires.append(entry.wire(prefix, plain))
+        return Batch(b"".join(wires), len(wires), self.head - cursor)
+
+    def taken_batches(self) -> list[Batch]:
+        """Every batch taken since the last call, each once; their takers are reset when the
+        hub has counted them (`Batch.takers`)."""
+        taken = [batch for batch in self.batches.values() if batch is not None and batch.takers]
+        if self.uncounted:
+            taken += self.uncounted
+            self.uncounted = []
+        return taken
