@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import struct
 
-from gateway.protocol.states import state_code, state_from_code
+from gateway.protocol.states import INPUT_REQUIRED as INPUT_REQUIRED_STATE
+from gateway.protocol.states import is_terminal, state_code, state_from_code
 
 FRAME = 1 << 8  # a murmur frame carrier: plain task streams never see it
 TERMINAL = 1 << 9  # the task's one final status: task streams end after it
@@ -39,6 +40,16 @@ def unpack(meta: int, data: bytes) -> tuple[bytes, bytes]:
 
 def make_meta(state: str | None, flags: int) -> int:
     return (state_code(state) if state else 0) | flags
+
+
+def status_meta(state: str) -> int:
+    """The meta of a statusUpdate to `state`: the one place a state maps to record flags."""
+    flags = STATUS
+    if is_terminal(state):
+        flags |= TERMINAL
+    elif state == INPUT_REQUIRED_STATE:
+        flags |= INPUT_REQUIRED
+    return make_meta(state, flags)
 
 
 def meta_state(meta: int) -> str | None:

@@ -55,7 +55,6 @@ def test_reopen_example_and_its_plain_form():
         b'"metadata":{"https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1":{"reopen":1}}}}'
     )
     assert plain == {"statusUpdate": {k: v for k, v in activated["statusUpdate"].items() if k != "metadata"}}
-    assert not ev.is_murmur_frame_event(activated)
     assert_stream_response(activated)
     assert_stream_response(plain)
 
@@ -68,7 +67,6 @@ def test_text_carrier_example():
         b'"metadata":{"https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1":'
         b'{"frame":"text","text":"README.md describes","final":false}}}}'
     )
-    assert ev.is_murmur_frame_event(result)
     assert_stream_response(result)
 
 
@@ -80,7 +78,6 @@ def test_connection_ack_carrier_example():
         b'"metadata":{"https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1":'
         b'{"frame":"connection-ack","role":"observer","conversationMode":"stateless"}}}}'
     )
-    assert ev.is_murmur_frame_event(result)
     assert_stream_response(result)
 
 
@@ -201,12 +198,3 @@ def test_task_event_and_artifact_update_parse_as_a2a():
     assert update["artifactUpdate"]["lastChunk"] is True
     assert_stream_response(update)
     assert_stream_response(ev.message_event(ev.agent_message("hello")))
-
-
-def test_is_murmur_frame_event_only_for_frames():
-    status = ev.task_status(states.WORKING, TS, "x", task_id=TASK_ID, context_id=CONTEXT_ID)
-    assert not ev.is_murmur_frame_event(ev.status_update(TASK_ID, CONTEXT_ID, status))
-    assert not ev.is_murmur_frame_event(ev.status_update(TASK_ID, CONTEXT_ID, status, {"other": {"frame": "text"}}))
-    assert not ev.is_murmur_frame_event(ev.message_event(ev.agent_message("plain")))
-    assert not ev.is_murmur_frame_event(ev.task_event(ev.task(TASK_ID, CONTEXT_ID, status)))
-    assert ev.is_murmur_frame_event(ev.taskless_frame_event(ev.lagged_frame(3)))

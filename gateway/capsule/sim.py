@@ -22,11 +22,12 @@ import shlex
 import struct
 import time
 import zlib
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable
 
 from gateway.capsule import tck
 from gateway.capsule.messages import UserMessage
 from gateway.capsule.tasks import Registry, Task
+from gateway.capsule.writer import Emitter
 from gateway.config import Config
 from gateway.protocol import events, ids, states
 
@@ -37,17 +38,6 @@ NOT_ALLOWED_TOOL = "no-such-tool"
 # than a stalled reader drains (so it lags), slow enough that a reading one keeps up.
 BURST_CHUNK = 50
 BURST_PAUSE = 0.001
-
-
-class Emitter(Protocol):
-    """What the sequencer offers the capsule: each call records, numbers and writes one event."""
-
-    def status(self, task: Task, state: str, text: str | None = None, *,
-               reopen: int | None = None) -> None: ...
-
-    def frame(self, task: Task, frame: dict) -> None: ...
-
-    def response(self, task: Task, artifact: dict) -> None: ...
 
 
 class Refusal(Exception):
@@ -114,7 +104,7 @@ def fenced(tool: str, body: str) -> str:
 class Attempt:
     """One task's run: the helpers every scenario writes its events with."""
 
-    def __init__(self, capsule: "EmbeddedCapsule", task: Task, message: UserMessage):
+    def __init__(self, capsule: "ScenarioRunner", task: Task, message: UserMessage):
         self.capsule, self.task, self.message = capsule, task, message
         self.emit = capsule.emit
         self.turns = 0
@@ -169,9 +159,9 @@ class Attempt:
     async def process_reports(self) -> None:
         """A transport: process harness reports its windows and a next-prompt guess."""
         if self.transport == "process":
-            await self.frame(events.quota_frame([
-                {"name": "five-hour", "used": 0.42, "resetsAtMs": int(time.time() * 1000) + 3_600_000,
-                 "windowMinutes": 300, "state": "ok"}]))
+            await self.frame(events.quota_frame([events.quota_window(
+                "five-hour", used=0.42, resets_at_ms=int(time.time() * 1000) + 3_600_000,
+                window_minutes=300, state="ok")]))
             await self.frame(events.suggested_prompt_frame("Run the test suite"))
 
     def complete(self, answer: str) -> None:
@@ -342,8 +332,9 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-class EmbeddedCapsule:
-    """Runs tasks from their first message; the sequencer calls in, events go out by `emit`."""
+class ScenarioRunner:
+    """Runs tasks from their first message; the embedded capsule (embedded.py) calls in,
+    events go out by `emit`."""
 
     def __init__(self, config: Config, registry: Registry, emit: Emitter):
         self.config = config
@@ -353,10 +344,6 @@ class EmbeddedCapsule:
         self._queue: collections.deque[tuple[Task, UserMessage]] = collections.deque()
         self._running = 0
         self._load_task: asyncio.Task | None = None
-
-    @property
-    def conversation_mode(self) -> str:
-        return self.config.lifecycle.conversation
 
     def start(self) -> None:
         if self.config.sim_load > 0:

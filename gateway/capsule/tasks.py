@@ -76,6 +76,3 @@ class Registry:
 
     def live(self) -> Iterator[Task]:
         return (t for t in self._by_id.values() if not t.ended)
-
-    def __len__(self) -> int:
-        return len(self._by_id)

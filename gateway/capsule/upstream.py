@@ -27,20 +27,20 @@ import asyncio
 import base64
 import collections
 import random
-from typing import TYPE_CHECKING
 
 import orjson
 
-from gateway import control_words, logs, records
+from gateway import logs, records
 from gateway.capsule.client import Connection, UpstreamError, request
-from gateway.protocol import states
+from gateway.capsule.writer import RingWriter
+from gateway.control import Op
+from gateway.protocol import events, states
+from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK, LIST_TASKS,
+                                         SEND_MESSAGE, STOP_SESSION, WATCH_SESSION)
 from gateway.protocol.errors import (ERRORS, INTERNAL_ERROR, TASK_NOT_FOUND, UNSUPPORTED_OPERATION,
-                                     RpcError)
+                                     RpcError, task_ended)
 from gateway.protocol.parser import SSEParser, read_stream_response
-from gateway.protocol.uris import STREAM_URI
-
-if TYPE_CHECKING:
-    from gateway.sequencer import Sequencer
+from gateway.protocol.uris import A2A_VERSION, STREAM_URI
 
 LINK_RPC_ID = 0
 LINK_PREFIX = b'{"jsonrpc":"2.0","id":0,"result":'
@@ -60,24 +60,35 @@ class KnownTask:
 class UpstreamCapsule:
     """The capsule side of the sequencer when `--upstream` is set."""
 
-    def __init__(self, sequencer: "Sequencer", url: str, token: str | None):
-        self.sequencer = sequencer
+    def __init__(self, writer: RingWriter, url: str, token: str | None):
+        self.writer = writer
         self.url = url
         self.token = token
         self.tasks: dict[str, KnownTask] = {}
         self._keys = 0
         self.last_id = 0
-        self.conversation_mode = "stateless"
         self.closed = False
         self._attachments: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
         self._attachment_bytes = 0
         self._card: tuple[float, dict] | None = None
+        self._link: asyncio.Task | None = None
         self.log = logs.get("upstream")
+        self.operations = {Op.SEND: self.send, Op.GET: self.get, Op.SUBSCRIBE: self.subscribe,
+                           Op.LIST: self.list, Op.CANCEL: self.cancel, Op.STOP: self.stop_session,
+                           Op.ATTACHMENT: self.attachment, Op.CARD: self.card,
+                           Op.EXTENDED_CARD: self.extended_card}
+
+    def start(self) -> None:
+        self._link = asyncio.create_task(self.run())
+
+    def stop(self) -> None:
+        if self._link is not None:
+            self._link.cancel()
 
     # --- the one upstream stream ---
 
     def headers(self, extra: list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-        headers = [("Content-Type", "application/json"), ("A2A-Version", "1.0"), *extra]
+        headers = [("Content-Type", "application/json"), ("A2A-Version", A2A_VERSION), *extra]
         if self.token:
             headers.append(("Authorization", f"Bearer {self.token}"))
         return headers
@@ -91,16 +102,13 @@ class UpstreamCapsule:
                 delay = BACKOFF_FIRST
             except (UpstreamError, ValueError) as exc:
                 self.log.warning("upstream stream lost", error=str(exc), last_id=self.last_id)
-            self._set_connected(False)
+            self.writer.set_connected(False)
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(BACKOFF_CAP, delay * 2)
 
-    def _set_connected(self, up: bool) -> None:
-        self.sequencer.ring.control[control_words.UPSTREAM_CONNECTED] = 1 if up else 0
-
     async def _follow(self) -> None:
         conn = Connection(self.url)
-        body = orjson.dumps({"jsonrpc": "2.0", "id": LINK_RPC_ID, "method": "murmur.WatchSession", "params": {}})
+        body = orjson.dumps({"jsonrpc": "2.0", "id": LINK_RPC_ID, "method": WATCH_SESSION, "params": {}})
         try:
             head = await conn.open("POST", "/", self.headers([("Last-Event-ID", str(self.last_id))]), body)
             if head.status_code != 200:
@@ -125,20 +133,19 @@ class UpstreamCapsule:
         full = data[len(LINK_PREFIX):-1] if data.startswith(LINK_PREFIX) and data.endswith(b"}") else \
             orjson.dumps(orjson.loads(data)["result"])
         key, meta, plain = self._classify(item)
-        self.sequencer.append_raw(event_id, key, meta, full, plain)
+        self.writer.append_raw(event_id, key, meta, full, plain)
         self.last_id = event_id
 
     def _take_unnumbered(self, item) -> None:
         frame = item.frame if item is not None else None
         name = frame.get("frame") if frame else None
-        if name == "connection-ack":
-            self.conversation_mode = frame.get("conversationMode", "stateless")
-            self._set_connected(True)
+        if name == events.FRAME_CONNECTION_ACK:
+            self.writer.set_connected(True)
             self.log.info("upstream stream open", url=self.url, last_id=self.last_id)
-        elif name == "capsule-closed":
+        elif name == events.FRAME_CAPSULE_CLOSED:
             if not self.closed:
                 self.closed = True
-                self.sequencer.close_session()
+                self.writer.close_session()
 
     def _new_session(self) -> None:
         """The upstream's ids restarted: a new gateway session."""
@@ -147,7 +154,7 @@ class UpstreamCapsule:
         self.tasks.clear()
         self.last_id = 0
         self.closed = False
-        self.sequencer.new_session()
+        self.writer.new_session()
 
     def _key(self, task_id: str, owner: str | None = None) -> KnownTask:
         known = self.tasks.get(task_id)
@@ -169,20 +176,12 @@ class UpstreamCapsule:
             return known.key, records.make_meta(known.state, 0), None
         state = item.body.get("status", {}).get("state")
         known.state = state if state in KNOWN_STATES else known.state
-        flags = records.STATUS
-        if state in states.TERMINAL_STATES:
-            flags |= records.TERMINAL
-        elif state == states.INPUT_REQUIRED:
-            flags |= records.INPUT_REQUIRED
-        plain = None
         metadata = item.body.get("metadata")
+        plain = None
         if isinstance(metadata, dict) and STREAM_URI in metadata:
-            stripped = {k: v for k, v in item.body.items() if k != "metadata"}
-            rest = {k: v for k, v in metadata.items() if k != STREAM_URI}
-            if rest:
-                stripped["metadata"] = rest
-            plain = orjson.dumps({"statusUpdate": stripped})
-        return known.key, records.make_meta(known.state, flags), plain
+            plain = orjson.dumps(events.plain_form({"statusUpdate": item.body}))
+        meta = records.status_meta(state) if state in KNOWN_STATES else records.make_meta(known.state, records.STATUS)
+        return known.key, meta, plain
 
     # --- forwarded control calls ---
 
@@ -212,12 +211,12 @@ class UpstreamCapsule:
             raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
         return known
 
-    async def op_send(self, p: dict) -> dict:
+    async def send(self, p: dict) -> dict:
         params = p.get("params") or {}
         message = params.get("message") if isinstance(params, dict) else None
         if isinstance(message, dict) and message.get("taskId") is not None:
             self._visible(message.get("taskId"), p)
-        result = await self.call("SendMessage", params)
+        result = await self.call(SEND_MESSAGE, params)
         task = result.get("task") if isinstance(result, dict) else None
         if not isinstance(task, dict):
             raise RpcError(INTERNAL_ERROR, "the upstream answered SendMessage without a task")
@@ -226,34 +225,35 @@ class UpstreamCapsule:
         known = self._key(task["id"], p.get("owner"))
         return {"task": task, "key": known.key}
 
-    async def op_get(self, p: dict) -> dict:
+    async def get(self, p: dict) -> dict:
         known = self._visible(p.get("id"), p)
-        task = await self.call("GetTask", {"id": p.get("id")})
+        task = await self.call(GET_TASK, {"id": p.get("id")})
         return {"task": task, "key": (known or self._key(task["id"])).key}
 
-    async def op_subscribe(self, p: dict) -> dict:
-        found = await self.op_get(p)
-        if found["task"]["status"]["state"] in states.TERMINAL_STATES:
-            raise RpcError(UNSUPPORTED_OPERATION, f"task {p.get('id')} has ended")
+    async def subscribe(self, p: dict) -> dict:
+        found = await self.get(p)
+        state = found["task"]["status"]["state"]
+        if state in states.TERMINAL_STATES:
+            raise task_ended(UNSUPPORTED_OPERATION, found["task"]["id"], state)
         return found
 
-    async def op_list(self, p: dict) -> dict:
-        result = await self.call("ListTasks", p.get("params") or {})
+    async def list(self, p: dict) -> dict:
+        result = await self.call(LIST_TASKS, p.get("params") or {})
         if not p.get("sees_all", True) and isinstance(result, dict):
             mine = [t for t in result.get("tasks", []) if getattr(self.tasks.get(t.get("id")), "owner", None)
                     == p.get("owner")]
             result = {**result, "tasks": mine, "totalSize": len(mine)}
         return result
 
-    async def op_cancel(self, p: dict) -> dict:
+    async def cancel(self, p: dict) -> dict:
         self._visible(p.get("id"), p)
-        return await self.call("CancelTask", {"id": p.get("id")})
+        return await self.call(CANCEL_TASK, {"id": p.get("id")})
 
-    async def op_stop(self, p: dict) -> dict:
-        await self.call("murmur.StopSession", {})
+    async def stop_session(self, p: dict) -> dict:
+        await self.call(STOP_SESSION, {})
         return {}
 
-    async def op_attachment(self, p: dict) -> dict | None:
+    async def attachment(self, p: dict) -> dict | None:
         try:
             self._visible(p.get("task_id"), p)
         except RpcError:
@@ -280,7 +280,7 @@ class UpstreamCapsule:
             _, (_, old) = self._attachments.popitem(last=False)
             self._attachment_bytes -= len(old)
 
-    async def op_card(self, p: dict) -> dict:
+    async def card(self, p: dict) -> dict:
         """The upstream's public card (cached briefly); the worker puts its own address in."""
         now = asyncio.get_running_loop().time()
         if self._card is None or now - self._card[0] > CARD_SECONDS:
@@ -291,8 +291,5 @@ class UpstreamCapsule:
                 raise RpcError(INTERNAL_ERROR, f"the upstream's agent card is not available: {exc}") from None
         return self._card[1]
 
-    async def op_extended_card(self, p: dict) -> dict:
-        return await self.call("GetExtendedAgentCard", {})
-
-    async def op_session(self, p: dict) -> dict:
-        return {"conversation": self.conversation_mode, "closed": self.closed}
+    async def extended_card(self, p: dict) -> dict:
+        return await self.call(GET_EXTENDED_AGENT_CARD, {})

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import orjson
 
+from gateway.protocol.states import murmur_word
 from gateway.protocol.uris import A2A_VERSION
 
 PARSE_ERROR = -32700
@@ -78,6 +79,12 @@ class RpcError(Exception):
     def error_dict(self) -> dict:
         error_info = {"@type": ERROR_INFO_TYPE, "reason": self.kind.reason, "domain": ERROR_DOMAIN, "metadata": self.metadata}
         return {"code": self.code, "message": self.message, "data": [error_info]}
+
+
+def task_ended(code: int, task_id: str, state: str) -> RpcError:
+    """The refusal of a call a task that has ended cannot take (a message, a subscription, a
+    cancel), naming its final state in murmur's word."""
+    return RpcError(code, f"task {task_id} has ended ({murmur_word(state)})")
 
 
 def error_response(rpc_id, err: RpcError) -> dict:

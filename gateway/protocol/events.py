@@ -256,15 +256,16 @@ def taskless_frame_event(frame: dict, message_id: str | None = None) -> dict:
 def reopen_status_update(task_id: str, context_id: str, status: dict, ordinal: int) -> tuple[dict, dict]:
     """The reopen boundary status: (activated form with `{"reopen": n}`, plain form)."""
     activated = status_update(task_id, context_id, status, {STREAM_URI: {"reopen": ordinal}})
-    return activated, status_update(task_id, context_id, status)
+    return activated, plain_form(activated)
 
 
-def is_murmur_frame_event(result: dict) -> bool:
-    """Whether a StreamResponse carries a frame (not the reopen annotation, not a plain event)."""
-    for member in ("statusUpdate", "message"):
-        body = result.get(member)
-        if isinstance(body, dict):
-            metadata = body.get("metadata")
-            extension = metadata.get(STREAM_URI) if isinstance(metadata, dict) else None
-            return isinstance(extension, dict) and "frame" in extension
-    return False
+def plain_form(result: dict) -> dict:
+    """What a connection that did not activate the stream extension is written of an annotated
+    event: the same StreamResponse without the STREAM_URI metadata (other metadata kept)."""
+    ((member, body),) = result.items()
+    stripped = {k: v for k, v in body.items() if k != "metadata"}
+    metadata = body.get("metadata")
+    rest = {k: v for k, v in metadata.items() if k != STREAM_URI} if isinstance(metadata, dict) else {}
+    if rest:
+        stripped["metadata"] = rest
+    return {member: stripped}

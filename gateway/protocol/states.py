@@ -64,8 +64,6 @@ _CONTINUING_WITH_MEMBER_ANSWERS = "continuing with {n} member answer(s)"
 _CONTINUING_WITH_DELEGATION_OUTCOMES = "continuing with {n} delegation outcome(s)"
 _KEEP_WORKING = "keep working {n} of {limit}"
 _DONE_CHECK_FAILED = "done check failed, reopened {n} of {limit}"
-# "When both kinds are outstanding, or both kinds arrived, the two messages are joined with ;"
-_WORKING_MESSAGE_JOINER = "; "
 
 
 def inference_turn(n: int) -> str:
@@ -92,11 +90,6 @@ def continuing_with_delegation_outcomes(n: int) -> str:
     return _CONTINUING_WITH_DELEGATION_OUTCOMES.format(n=n)
 
 
-def join_working_messages(*messages: str) -> str:
-    """Both kinds outstanding (or both arrived) share one status."""
-    return _WORKING_MESSAGE_JOINER.join(messages)
-
-
 def keep_working(n: int, limit: int) -> str:
     return _KEEP_WORKING.format(n=n, limit=limit)
 
@@ -113,7 +106,6 @@ TASK_CANCELED_BEFORE_START = "task canceled before it started"
 TASK_CANCELED_HARNESS_KILLED = "task canceled; the harness was killed and its session may not resume cleanly"
 REJECTED_BUSY = "task rejected: capsule is busy"
 REJECTED_CLOSING = "task rejected: the session is closing"
-REJECTED_SESSION_ENDED = "task rejected: the session ended before this task started"
 REJECTED_SESSION_STOPPED = "task rejected: the session was stopped before this task started"
 INPUT_TIMEOUT = "input-timeout"
 _TASK_FAILED = "task failed ({cause}): {reason}"
