@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from gateway.control_words import MAX_WORKERS
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it."""
@@ -35,6 +37,13 @@ def parse_positive_int(text: Any) -> int:
     value = int(text)
     if value < 1:
         raise ValueError("must be at least 1")
+    return value
+
+
+def parse_workers(text: Any) -> int:
+    value = parse_positive_int(text)
+    if value > MAX_WORKERS:
+        raise ValueError(f"must be at most {MAX_WORKERS} (the ring has control words for that many)")
     return value
 
 
@@ -108,7 +117,7 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("bind", parse_hostport, "127.0.0.1:52222", "HOST:PORT",
            "where clients connect; port 0 picks a free port"),
-    Option("workers", parse_positive_int, None, "N", "worker processes (default: CPUs)"),
+    Option("workers", parse_workers, None, "N", f"worker processes, at most {MAX_WORKERS}"),
     Option("metrics-bind", parse_metrics_bind, "127.0.0.1:9464", "HOST:PORT",
            "the Prometheus /metrics endpoint, or 'off'"),
     Option("heartbeat-interval", parse_positive_float, 15.0, "SECONDS", "heartbeat period"),
@@ -164,24 +173,26 @@ class TokenRule:
 
 @dataclass(frozen=True)
 class Config:
-    bind: tuple[str, int] = ("127.0.0.1", 52222)
-    workers: int = 1
-    metrics_bind: tuple[str, int] | None = ("127.0.0.1", 9464)
-    heartbeat_interval: float = 15.0
-    upstream: str | None = None
-    upstream_token: str | None = None
-    sim_load: float = 0.0
-    sim_load_size: int = 0
-    log_level: str = "info"
-    max_body_bytes: int = 1 << 20
-    max_header_bytes: int = 16384
-    max_headers: int = 100
-    max_json_depth: int = 32
-    max_rpc_id_chars: int = 256
-    max_connections: int = 4096
-    listen_backlog: int | None = None  # None: net.core.somaxconn (see effective_listen_backlog)
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
+    """Every resolved setting. The options' defaults live in OPTIONS alone: `load` builds this."""
+
+    bind: tuple[str, int]
+    workers: int
+    metrics_bind: tuple[str, int] | None
+    heartbeat_interval: float
+    upstream: str | None
+    upstream_token: str | None
+    sim_load: float
+    sim_load_size: int
+    log_level: str
+    max_body_bytes: int
+    max_header_bytes: int
+    max_headers: int
+    max_json_depth: int
+    max_rpc_id_chars: int
+    max_connections: int
+    listen_backlog: int | None  # None: net.core.somaxconn (see effective_listen_backlog)
+    header_timeout: float
+    body_timeout: float
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -323,7 +334,7 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
     if values["workers"] is None:
-        values["workers"] = os.cpu_count() or 1
+        values["workers"] = min(os.cpu_count() or 1, MAX_WORKERS)
     lifecycle = _section(data, "lifecycle", Lifecycle, {
         "task_acceptance": ("queue", "none"), "conversation": ("stateless", "threaded")})
     inference = _section(data, "inference", Inference, {"transport": ("http", "process")})

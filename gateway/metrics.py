@@ -16,10 +16,11 @@ import os
 from bisect import bisect_left
 from typing import Iterable
 
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
 from shm import CounterBlocks
 
 PREFIX = "murgw_"
-ENDPOINTS = ("murmur.WatchSession", "SendStreamingMessage", "SubscribeToTask")
+ENDPOINTS = (WATCH_SESSION, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK)
 REPLAY_OUTCOMES = ("replayed", "gap", "none")
 LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -27,7 +27,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from gateway.protocol.activation import WATCH_SESSION
 from gateway.protocol.parser import SSEParser
+from gateway.protocol.uris import A2A_VERSION
 from gateway.watch_printer import EXIT_REFUSED, STDERR, STDOUT, WatchPrinter, Write
 
 DEFAULT_ADDRESS = "http://127.0.0.1:52222"
@@ -35,7 +37,7 @@ CONNECT_TIMEOUT = 10.0
 READ_SIZE = 65536
 EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
-WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
+WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": WATCH_SESSION, "params": {}})
 
 
 class Refused(Exception):
@@ -43,7 +45,7 @@ class Refused(Exception):
 
 
 def request_headers(token: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "A2A-Version": "1.0", "Last-Event-ID": "0",
+    headers = {"Content-Type": "application/json", "A2A-Version": A2A_VERSION, "Last-Event-ID": "0",
                "Accept": "text/event-stream"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"

@@ -75,6 +75,28 @@ def test_cli_refuses_at_start_with_one_line(tmp_path):
     assert result.returncode == 2 and "missing.toml" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_more_workers_than_the_ring_has_control_words_for_stops_the_start():
+    from gateway.control_words import MAX_WORKERS
+
+    result = subprocess.run([sys.executable, "-m", "gateway", "--workers", str(MAX_WORKERS + 1),
+                             "--metrics-bind", "off"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"mur-gateway: --workers: '{MAX_WORKERS + 1}' is not valid: must be at most {MAX_WORKERS} "
+        "(the ring has control words for that many)"]
+    assert config.load(["--workers", str(MAX_WORKERS)], environ={}).workers == MAX_WORKERS
+
+
+def test_every_option_default_is_written_once():
+    """OPTIONS holds each default; Config has a field for every option and no default of its own."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(config.Config)}
+    for opt in config.OPTIONS:
+        assert opt.attr in fields, opt.name
+        assert fields[opt.attr].default is dataclasses.MISSING, opt.name
+
+
 def test_an_address_in_use_exits_1_and_leaves_nothing_in_dev_shm():
     import glob
     import socket

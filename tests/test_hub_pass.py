@@ -1,0 +1,298 @@
+"""gateway/worker/hub.py in-process over a real ring and fake sinks: the pass writes a parked
+stream through its sink with no coroutine switch, a blocked sink is drained by the stream's
+coroutine and not written meanwhile, the stream ends as its rules say, and every delivery
+metric is counted once per pass."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+from collections import Counter
+
+import orjson
+import pytest
+
+from gateway import control_words, records
+from gateway.control import Op
+from gateway.protocol import events, states
+from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
+from gateway.protocol.parser import SSEParser
+from gateway.worker.hub import Hub
+from gateway.worker.stream import Stream, TaskView
+from shm import Ring
+
+TASK_KEY = 5
+TASK = {"id": "tsk_h", "contextId": "ctx_h", "status": {"state": states.WORKING, "timestamp": "t"}}
+_names = itertools.count()
+
+
+class FakeSink:
+    """A sink that keeps what it is given; `block` makes writes answer blocked until released."""
+
+    def __init__(self, always_blocks: bool = False):
+        self.writes: list[bytes] = []
+        self.always_blocks = always_blocks
+        self.block = False
+        self.pending = False
+        self.released_drain = asyncio.Event()
+        self.ended = self.released = self.closed = False
+        self.drains = 0
+        self._on_disconnect = None
+
+    @property
+    def blocked(self) -> bool:
+        return self.pending
+
+    def write(self, body: bytes) -> bool:
+        assert not self.pending, "written while blocked"
+        self.writes.append(body)
+        self.pending = self.always_blocks or self.block
+        return not self.pending
+
+    async def drain(self) -> None:
+        self.drains += 1
+        if not self.always_blocks:
+            await self.released_drain.wait()
+        self.pending = False
+
+    async def end(self) -> None:
+        self.ended = True
+
+    def on_disconnect(self, callback) -> None:
+        self._on_disconnect = callback
+
+    def leave(self) -> None:
+        self.closed = True
+        self._on_disconnect()
+
+    def release(self) -> None:
+        self.released = True
+
+    def ids(self) -> list[int | None]:
+        return [None if e.id is None else int(e.id) for e in SSEParser().feed(b"".join(self.writes))]
+
+
+class FakeCounters:
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def add(self, name, n=1, label=""):
+        self.calls.append(("add", name, n, label))
+
+    def sub(self, name, n=1, label=""):
+        self.calls.append(("sub", name, n, label))
+
+    def observe(self, name, value, label="", times=1):
+        self.calls.append(("observe", name, value, label, times))
+
+    def adds(self, name: str) -> list[tuple]:
+        return [c[2:] for c in self.calls if c[0] == "add" and c[1] == name]
+
+    def total(self, name: str) -> Counter:
+        totals = Counter()
+        for op, metric, n, label, *_ in self.calls:
+            if metric == name:
+                totals[label] += n if op == "add" else -n
+        return totals
+
+
+class FakeControl:
+    def __init__(self, snapshot: dict):
+        self.snapshot, self.asked = snapshot, []
+
+    async def call(self, op, **params):
+        self.asked.append((op, params))
+        return {"task": self.snapshot, "key": TASK_KEY}
+
+
+@pytest.fixture
+def ring():
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}")
+    try:
+        yield ring
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+class Bench:
+    """A hub over `ring`, and helpers to write events into the ring as the sequencer does."""
+
+    def __init__(self, ring: Ring, interval: float = 300.0, snapshot: dict = TASK):
+        self.ring = ring
+        self.sequencer_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.counters = FakeCounters()
+        self.control = FakeControl(snapshot)
+        self.hub = Hub(ring, worker_end, 0, interval, self.counters, self.control)
+        self.socks = (self.sequencer_end, worker_end)
+        self.next_id = 1
+
+    def write(self, key: int, meta: int, result: dict, times: int = 1) -> None:
+        for _ in range(times):
+            self.ring.append(self.next_id, key, meta, orjson.dumps(result))
+            self.next_id += 1
+
+    def frames(self, n: int, key: int = TASK_KEY) -> None:
+        result = events.task_frame_event("tsk_h", "ctx_h", events.text_frame("x", False), ts="t")
+        self.write(key, records.make_meta(states.WORKING, records.FRAME), result, n)
+
+    def status(self, state: str) -> None:
+        self.write(TASK_KEY, records.status_meta(state),
+                   events.status_update("tsk_h", "ctx_h", {"state": state, "timestamp": "t"}))
+
+    async def open(self, stream: Stream, sink: FakeSink) -> asyncio.Task:
+        task = asyncio.create_task(self.hub.serve(stream, sink))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if stream.waiter is not None:
+                return task
+        raise AssertionError("the stream never parked")
+
+    def close(self) -> None:
+        self.hub.stop()
+        for sock in self.socks:
+            sock.close()
+
+
+def watcher() -> Stream:
+    return Stream(endpoint=WATCH_SESSION, rpc_id_json=b"1")
+
+
+def subscriber(activated: bool = True) -> Stream:
+    return Stream(endpoint=SUBSCRIBE_TO_TASK, rpc_id_json=b"1", activated=activated,
+                  task=TaskView(TASK, TASK_KEY, ends_on_input=False))
+
+
+def run(ring: Ring, scenario, **bench_args):
+    async def main():
+        bench = Bench(ring, **bench_args)
+        bench.hub.start()
+        try:
+            return await scenario(bench)
+        finally:
+            bench.close()
+    return asyncio.run(main())
+
+
+def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ring):
+    async def scenario(bench: Bench):
+        sinks = [FakeSink() for _ in range(3)]
+        streams = [watcher() for _ in sinks]
+        for stream, sink in zip(streams, sinks):
+            await bench.open(stream, sink)
+        waiters = [stream.waiter for stream in streams]
+        bench.frames(4)
+        bench.hub.sync()
+        # written in the pass: no stream's coroutine was resumed for it
+        assert all(sink.ids() == [1, 2, 3, 4] for sink in sinks)
+        assert all(stream.waiter is waiter and not waiter.done() for stream, waiter in zip(streams, waiters))
+        assert bench.counters.adds("sends") == [(3, WATCH_SESSION)]
+        assert bench.counters.adds("events_delivered") == [(12, WATCH_SESSION)]
+        assert [c for c in bench.counters.calls if c[:2] == ("observe", "reader_lag_events")] == [
+            ("observe", "reader_lag_events", 4, WATCH_SESSION, 3)]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_blocked_sink_is_drained_by_the_stream_and_not_written_meanwhile(ring):
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), watcher()
+        task = await bench.open(stream, sink)
+        sink.block = True
+        bench.frames(2)
+        bench.hub.sync()
+        assert sink.ids() == [1, 2] and (stream.waiter is None or stream.waiter.done())
+        await asyncio.sleep(0)
+        assert sink.drains == 1
+        sink.block = False
+        bench.frames(3)
+        bench.hub.sync()  # the stream is draining: the pass leaves it alone
+        assert sink.ids() == [1, 2]
+        sink.released_drain.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert sink.ids() == [1, 2, 3, 4, 5]  # its coroutine wrote what came meanwhile
+        assert stream.waiter is not None and not stream.waiter.done()  # parked again
+        bench.hub.close_all()
+        await task
+        assert sink.ended and sink.released
+    run(ring, scenario)
+
+
+def test_a_sink_that_always_blocks_gets_the_same_bytes(ring):
+    async def scenario(bench: Bench):
+        direct, asgi = FakeSink(), FakeSink(always_blocks=True)
+        for sink in (direct, asgi):
+            await bench.open(watcher(), sink)
+        for n in (3, 1, 2):
+            bench.frames(n)
+            bench.hub.sync()
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert b"".join(asgi.writes) == b"".join(direct.writes) and direct.ids() == [1, 2, 3, 4, 5, 6]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_client_that_leaves_ends_its_stream_without_an_end(ring):
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), watcher()
+        task = await bench.open(stream, sink)
+        assert bench.counters.total("connections_open")[WATCH_SESSION] == 1
+        sink.leave()
+        await task
+        assert not sink.ended and sink.released and stream.sink is None
+        assert bench.counters.total("connections_open")[WATCH_SESSION] == 0
+        assert bench.hub.open_streams == 0 and not bench.hub.watchers
+    run(ring, scenario)
+
+
+def test_a_task_stream_ends_with_its_task_and_ignores_other_tasks(ring):
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), subscriber()
+        task = await bench.open(stream, sink)
+        bench.frames(3, key=99)
+        bench.hub.sync()
+        assert sink.writes == [] and stream.cursor == 3  # others' events: not behind
+        bench.frames(1)
+        bench.status(states.COMPLETED)
+        bench.frames(1)
+        bench.hub.sync()
+        await task
+        assert sink.ids() == [4, 5] and sink.ended
+        assert bench.counters.adds("events_delivered") == [(2, SUBSCRIBE_TO_TASK)]
+    run(ring, scenario)
+
+
+def test_a_lost_task_stream_asks_for_its_task_at_a_heartbeat_and_ends_as_found(ring):
+    artifact = events.response_artifact("done", "art_1")
+    ended = {**TASK, "status": {"state": states.COMPLETED, "timestamp": "t"}, "artifacts": [artifact]}
+
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), subscriber()
+        task = await bench.open(stream, sink)
+        bench.frames(200)  # past the lag limit: it loses 72, and its ending may be among them
+        bench.hub.sync()
+        assert len(sink.ids()) == 1 + 128 and stream.lost
+        await asyncio.wait_for(task, 10)  # the next heartbeat looks the task up
+        assert bench.control.asked == [(Op.GET, {"id": "tsk_h"})]
+        body = b"".join(sink.writes[1:])
+        assert body.startswith(b":heartbeat\n\n") and b'"artifactUpdate"' in body
+        assert body.endswith(b'"state":"TASK_STATE_COMPLETED","timestamp":"t"}}}}\n\n') and sink.ended
+        assert bench.counters.adds("heartbeats") == [(1, "")]
+    run(ring, scenario, interval=0.05, snapshot=ended)
+
+
+def test_the_session_end_reaches_every_stream(ring):
+    async def scenario(bench: Bench):
+        sinks = [FakeSink(), FakeSink()]
+        tasks = [await bench.open(watcher(), sinks[0]), await bench.open(subscriber(), sinks[1])]
+        bench.frames(2)
+        ring.control[control_words.SESSION_CLOSED] = bench.next_id
+        bench.hub.sync()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert sinks[0].ids() == [1, 2, None] and b'"capsule-closed"' in sinks[0].writes[-1]
+        assert sinks[1].ids() == [1, 2] and all(sink.ended for sink in sinks)
+    run(ring, scenario)
