@@ -1,7 +1,7 @@
 """Every setting of the gateway in one place: option, environment variable, TOML key, default.
 
 A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
-``--config`` TOML file, else the default (INTERFACES.md). A value that does not parse is a
+``--config`` TOML file, else the default (README "Options"). A value that does not parse is a
 ``ConfigError`` whose message names the option and where the value came from; the CLI prints
 it on one line and exits 2.
 """
@@ -40,11 +40,14 @@ def parse_positive_int(text: Any) -> int:
     return value
 
 
-def parse_workers(text: Any) -> int:
-    value = parse_positive_int(text)
-    if value > MAX_WORKERS:
-        raise ValueError(f"must be at most {MAX_WORKERS} (the ring has control words for that many)")
-    return value
+def parse_positive_int_up_to(limit: int, why: str = "") -> Callable[[Any], int]:
+    """A parser of integers from 1 to `limit`; `why` follows the refusal."""
+    def parse(text: Any) -> int:
+        value = parse_positive_int(text)
+        if value > limit:
+            raise ValueError(f"must be at most {limit}{why}")
+        return value
+    return parse
 
 
 def parse_nonnegative_int(text: Any) -> int:
@@ -64,13 +67,6 @@ def parse_positive_float(text: Any) -> float:
 # orjson refuses to encode more than 254 levels; a request is re-encoded for the sequencer,
 # and its params travel inside control messages and stream events that add levels of their own.
 MAX_JSON_DEPTH = 200
-
-
-def parse_json_depth(text: Any) -> int:
-    value = parse_positive_int(text)
-    if value > MAX_JSON_DEPTH:
-        raise ValueError(f"must be at most {MAX_JSON_DEPTH}")
-    return value
 
 
 def parse_nonnegative_float(text: Any) -> float:
@@ -117,7 +113,8 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("bind", parse_hostport, "127.0.0.1:52222", "HOST:PORT",
            "where clients connect; port 0 picks a free port"),
-    Option("workers", parse_workers, None, "N", f"worker processes, at most {MAX_WORKERS}"),
+    Option("workers", parse_positive_int_up_to(MAX_WORKERS, " (the ring has control words for that many)"),
+           None, "N", f"worker processes, at most {MAX_WORKERS}"),
     Option("metrics-bind", parse_metrics_bind, "127.0.0.1:9464", "HOST:PORT",
            "the Prometheus /metrics endpoint, or 'off'"),
     Option("heartbeat-interval", parse_positive_float, 15.0, "SECONDS", "heartbeat period"),
@@ -132,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-header-bytes", parse_positive_int, 16384, "BYTES",
            "largest request head: target plus header names and values (431 beyond)"),
     Option("max-headers", parse_positive_int, 100, "N", "most request header lines (431 beyond)"),
-    Option("max-json-depth", parse_json_depth, 32, "LEVELS",
+    Option("max-json-depth", parse_positive_int_up_to(MAX_JSON_DEPTH), 32, "LEVELS",
            "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
     Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
            "longest JSON-RPC string id (-32600 beyond)"),

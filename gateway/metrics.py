@@ -1,7 +1,7 @@
 """Metrics: every process counts into its own block of shared memory; the exporter sums them.
 
 Why not prometheus-client's multiprocess mode: 3x slower per update and it keeps dead
-processes' files forever (DESIGN.md "Findings"). Here an update is a plain 8-byte add into
+processes' files forever (docs/architecture.md, "Why"). Here an update is a plain 8-byte add into
 the process's own block (one writer per block, so no atomics), and the exporter's
 collector reads every block at scrape time. Every series exists, at zero, from start-up.
 
@@ -114,7 +114,7 @@ class Counters:
 
     def open_streams_by_worker(self) -> list[int]:
         """Every worker's open streams, read from the shared blocks (a worker accepting new
-        connections compares its load with its siblings', accept.py)."""
+        connections compares its load with its siblings', process.py)."""
         offsets = [OFFSETS[("connections_open", endpoint)] for endpoint in ENDPOINTS]
         return [sum(self._blocks.block(b)[o] for o in offsets)
                 for b in range(FIRST_WORKER_BLOCK, self._blocks.blocks)]

@@ -18,6 +18,7 @@ import socket
 from gateway import control, control_words, logs, records
 from gateway.capsule.embedded import EmbeddedCapsule
 from gateway.capsule.upstream import UpstreamCapsule
+from gateway.capsule.writer import Capsule
 from gateway.config import Config
 from gateway.control import Op
 from gateway.metrics import Counters
@@ -31,7 +32,7 @@ class Sequencer:
         self.ring = ring
         self.wake_socks = wake_socks
         self.counters = counters
-        self.capsule = (UpstreamCapsule(self, config.upstream, config.upstream_token) if config.upstream
+        self.capsule: Capsule = (UpstreamCapsule(self, config.upstream, config.upstream_token) if config.upstream
                         else EmbeddedCapsule(config, self))
         self.next_id = ring.head + 1
         self._wake_pending = False
@@ -107,7 +108,7 @@ async def serve(config: Config, ring_name: str, counters_name: str, control_path
         await stop.wait()
     finally:
         sequencer.stopped = True
-        sequencer.capsule.stop()
+        sequencer.capsule.close()
         ring.control[control_words.SEQUENCER_PID] = 0
         server.close()
         counters.close()

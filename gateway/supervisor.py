@@ -2,7 +2,7 @@
 the sequencer, the workers and the exporter, and drains them all on SIGTERM/SIGINT.
 
 Why not `hypercorn --workers`: its supervisor stops everything when one worker exits and
-cannot hand a worker its ring and wake-up socket (DESIGN.md). Processes start with the spawn
+cannot hand a worker its ring and wake-up socket (docs/architecture.md). Processes start with the spawn
 context; each worker gets the listening socket, its wake-up socket and the segment names.
 
 A worker that dies is replaced in the same slot (same wake-up socket, its counters folded

@@ -44,14 +44,14 @@ class EmbeddedCapsule:
         self.runner = ScenarioRunner(config, self.registry, self)
         self._settling: dict[int, asyncio.Future] = {}  # task key -> a SendMessage awaiting it
         self.operations = {Op.SEND: self.send, Op.GET: self.get, Op.SUBSCRIBE: self.subscribe,
-                           Op.LIST: self.list, Op.CANCEL: self.cancel, Op.STOP: self.stop,
+                           Op.LIST: self.list, Op.CANCEL: self.cancel, Op.STOP: self.stop_session,
                            Op.ATTACHMENT: self.attachment}
 
     def start(self) -> None:
         self.runner.start()
         self.writer.set_connected(True)
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """The gateway stops: nothing to let go of (tasks die with the process)."""
 
     # --- Emitter: a scenario's events, encoded once ---
@@ -164,7 +164,7 @@ class EmbeddedCapsule:
             await asyncio.wait([task.runner])
         return task.snapshot()
 
-    async def stop(self, p: dict) -> dict:
+    async def stop_session(self, p: dict) -> dict:
         await self.runner.stop_session()
         self.writer.close_session()
         return {}

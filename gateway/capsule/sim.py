@@ -1,8 +1,8 @@
-"""The embedded capsule: scenarios that write what a real capsule would, for demos and tests.
+"""The embedded capsule's scenarios: they write what a real capsule would, for demos and tests.
 
-A new task's first text chooses its scenario (INTERFACES.md "The embedded capsule's
-scenarios"); anything not starting with ``/scenario `` runs the default script, and a
-``messageId`` starting ``tck-`` runs the A2A TCK's scripts instead (`tck.py`). Every
+A new task's first text chooses its scenario (docs/scenarios.md); anything not starting with
+``/scenario `` runs the default script, and a ``messageId`` starting ``tck-`` runs the A2A
+TCK's scripts instead (`tck.py`). Every
 scenario writes its events in the spec's "Event order within a task" and ends in exactly one
 terminal status, recorded in the registry before it is written. Turns are numbered across
 every attempt of a task.

@@ -81,7 +81,7 @@ class UpstreamCapsule:
     def start(self) -> None:
         self._link = asyncio.create_task(self.run())
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self._link is not None:
             self._link.cancel()
 

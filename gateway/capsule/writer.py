@@ -1,16 +1,26 @@
-"""What the sequencer offers a capsule: the ring, written through it alone.
+"""Between the sequencer and its capsule: what each offers the other.
 
 The sequencer is the single writer of event ids and of the ring; a capsule (embedded.py or
 upstream.py) holds a `RingWriter` and never the sequencer itself, so neither imports the
-other. `Emitter` is what the embedded capsule offers its scenarios in turn: each call
-records, encodes and writes one event of a task.
+other. The sequencer holds a `Capsule`: started and closed with it, answering each control
+call from its table of operations. `Emitter` is what the embedded capsule offers its
+scenarios in turn: each call records, encodes and writes one event of a task.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Awaitable, Callable, Protocol
 
 from gateway.capsule.tasks import Task
+from gateway.control import Op
+
+
+class Capsule(Protocol):
+    operations: dict[Op, Callable[[dict], Awaitable[object]]]  # the control calls it answers
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class RingWriter(Protocol):

@@ -2,8 +2,8 @@
 
 `ERRORS` is the table: code -> (A2A error name, ErrorInfo reason, default message). Every
 error body carries, as `data`, one `google.rpc.ErrorInfo` in the `a2a-protocol.org` domain
-(DECISIONS `error.data`). Which refusal gets which code is in DECISIONS; the body is
-served with HTTP 200 and `content-type: application/json`.
+(our decision for `error.data`, docs/architecture.md); the body is served with HTTP 200
+and `content-type: application/json`.
 """
 
 import re
@@ -96,7 +96,7 @@ def error_body(rpc_id, err: RpcError) -> bytes:
     return orjson.dumps(error_response(rpc_id, err))
 
 
-# DECISIONS: 1.x is accepted (the major version is what matters); absent, empty or
+# Our decision: 1.x is accepted (the major version is what matters); absent, empty or
 # another major is refused.
 _SUPPORTED_VERSION = re.compile(r"1\.[0-9]+")
 

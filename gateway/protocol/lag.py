@@ -1,4 +1,4 @@
-"""The lag rule (spec "Events a connection misses"; DECISIONS `lagged.missed`).
+"""The lag rule (spec "Events a connection misses"; `lagged.missed` as we count it).
 
 A connection reads live events from a queue of LAG_LIMIT. When it is more than LAG_LIMIT
 events behind the head, it loses the oldest: its cursor jumps to LAG_LIMIT behind the

@@ -10,7 +10,7 @@ from the head: the body is then only drained, never parsed -> 413 (body over
 (not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
 -32009 (A2A-Version) -> the method's own errors. Every JSON-RPC error is one JSON body with
-HTTP 200 (DECISIONS); the door's own refusals carry their HTTP status and a JSON
+HTTP 200 (docs/architecture.md); the door's own refusals carry their HTTP status and a JSON
 `{"error": …}` body, and the ones that leave a request unread (408, 431, 503) also close the
 connection. SECURITY.md says what each limit defends.
 """

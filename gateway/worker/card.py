@@ -1,6 +1,6 @@
 """The agent card this door serves: its own, or (upstream mode) the upstream's with this
 gateway's address in every interface. `capabilities.extensions` lists the door, capsule and
-stream extensions in that order (INTERFACES.md)."""
+stream extensions in that order."""
 
 from __future__ import annotations
 
