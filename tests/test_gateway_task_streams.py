@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, describe, item, rpc, running_gateway,
-                     user_message, wait_for)
+from support import (Http, SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
+                     task_id_of, user_message, wait_for)
 
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"
 
@@ -228,6 +228,30 @@ def test_lagged_task_stream_still_gets_its_ending(tmp_path):
         assert all(l.kind == "statusUpdate" and l.body["taskId"] == task_id for l in lagged)
         assert describe(events[-1]) == "completed:task completed"
         assert describe(events[-2]) == "artifactUpdate"
+
+
+def test_an_ending_found_at_the_heartbeat_check_follows_a_lagged_frame(tmp_path):
+    """Spec `lagged`: written before the next event the connection receives. A stalled task
+    stream whose ending was among the events it lost writes, at its heartbeat check, one
+    `lagged` frame naming them, then the ending GetTask reports."""
+    with running_gateway("--sim-load", "300", tmp_path=tmp_path, workers=1) as gw:
+        # far more than the socket buffers hold: the stream blocks, then skips the burst's end
+        with SSEStream(gw.port, SSM, user_message("/scenario burst n=30000"), activate=True,
+                       rcvbuf=4096) as stream:
+            task_id = item(stream.next()).body["id"]
+            wait_for(lambda: rpc(gw.port, "GetTask", {"id": task_id})[2]["result"]["status"]["state"]
+                     == "TASK_STATE_COMPLETED", what="the burst to finish")
+            # A watcher replaying the buffer finds the task's ending, then waits until 200 more
+            # events (the load task's) have passed it: the stalled stream's ending is lost.
+            with SSEStream(gw.port, "murmur.WatchSession", {}, last_event_id="0") as watcher:
+                done = watcher.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))[-1]
+                watcher.read_until(lambda e: e.id is not None and int(e.id) >= int(done.id) + 200)
+            events = stream_all(stream)
+        lagged, artifact, final = events[-3:]
+        assert lagged.id is None and item(lagged).frame["frame"] == "lagged"
+        assert item(lagged).body["taskId"] == task_id and item(lagged).frame["missed"] >= 1
+        assert artifact.id is None and describe(artifact) == "artifactUpdate"
+        assert final.id is None and describe(final) == "completed:task completed"  # from the check
 
 
 def test_attachment_bytes(gateway):

@@ -157,8 +157,11 @@ def test_a_lost_task_stream_checks_its_task_at_heartbeats_and_writes_the_ending_
     artifact = events.response_artifact("done", "art_1")
     ended = {**TASK, "status": {"state": states.COMPLETED, "timestamp": "t"}, "artifacts": [artifact]}
     items = parse(stream.ending_from(ended))
-    assert [(event_id, item.kind) for event_id, item in items] == [(None, "artifactUpdate"), (None, "statusUpdate")]
-    assert items[0][1].body["artifact"] == artifact and stream.ended
+    assert [(event_id, item.kind) for event_id, item in items] == [
+        (None, "statusUpdate"), (None, "artifactUpdate"), (None, "statusUpdate")]
+    assert items[0][1].frame == {"frame": "lagged", "missed": 200 - LAG_LIMIT}  # what it lost, first
+    assert items[1][1].body["artifact"] == artifact and stream.ended
+    assert stream.pending_missed == 0 and stream.lagged_frames == 1
 
 
 def test_the_session_end_writes_capsule_closed_to_watchers_after_the_last_event():

@@ -120,13 +120,17 @@ class Stream:
         meta = entry.meta
         return self.ends(meta & records.TERMINAL, meta & records.INPUT_REQUIRED, live)
 
+    def _name_missed(self, parts: list[bytes]) -> None:
+        """Before the next event it receives, an activated stream is told what it lost."""
+        if self.activated:
+            parts.append(self.connection_frame(events.lagged_frame(self.pending_missed)))
+            self.lagged_frames += 1
+            self.noted = True
+        self.pending_missed = 0
+
     def take(self, entry: Entry, parts: list[bytes]) -> None:
         if self.pending_missed:
-            if self.activated:
-                parts.append(self.connection_frame(events.lagged_frame(self.pending_missed)))
-                self.lagged_frames += 1
-                self.noted = True
-            self.pending_missed = 0
+            self._name_missed(parts)
         parts.append(entry.wire(self.prefix, self.plain))
         if entry.meta & records.STATUS:
             self.last_state = records.meta_state(entry.meta)
@@ -211,13 +215,16 @@ class Stream:
 
     def ending_from(self, snapshot: dict) -> bytes:
         """A lost task stream's ending, from its task as GetTask answers it now (and `ended`);
-        b"" while the task goes on."""
+        b"" while the task goes on. Events it lost since the last it received are named first:
+        the ending is the next thing it receives."""
         status = snapshot["status"]
         terminal = states.is_terminal(status["state"])
         if not self.ends(terminal, status["state"] == states.INPUT_REQUIRED, live=True):
             return b""
         task_id, context_id = self.task.id, self.task.context_id
         parts: list[bytes] = []
+        if self.pending_missed:
+            self._name_missed(parts)
         if terminal:
             for artifact in snapshot.get("artifacts", ()):
                 if artifact.get("name") == events.RESPONSE_ARTIFACT_NAME:
