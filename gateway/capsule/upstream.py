@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import random
 from typing import TYPE_CHECKING
 
@@ -33,9 +32,10 @@ import orjson
 
 from gateway import control_words, logs, records
 from gateway.capsule.client import Connection, UpstreamError, request
+from gateway.capsule.upstream_answers import AttachmentCache, fetch_attachment, relayed, stream_opening
 from gateway.protocol import states
-from gateway.protocol.errors import (ERRORS, INTERNAL_ERROR, TASK_NOT_FOUND, UNSUPPORTED_OPERATION,
-                                     RpcError)
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK
+from gateway.protocol.errors import INTERNAL_ERROR, TASK_NOT_FOUND, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.uris import STREAM_URI
 
@@ -69,8 +69,7 @@ class UpstreamCapsule:
         self.last_id = 0
         self.conversation_mode = "stateless"
         self.closed = False
-        self._attachments: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
-        self._attachment_bytes = 0
+        self.attachments = AttachmentCache(ATTACHMENT_CACHE_BYTES)
         self._card: tuple[float, dict] | None = None
         self.log = logs.get("upstream")
 
@@ -145,15 +144,16 @@ class UpstreamCapsule:
         self.log.warning("upstream started a new session; starting a new gateway session",
                          last_id=self.last_id)
         self.tasks.clear()
+        self.attachments.clear()  # the old session's tasks are gone upstream
         self.last_id = 0
         self.closed = False
         self.sequencer.new_session()
 
-    def _key(self, task_id: str, owner: str | None = None) -> KnownTask:
+    def _key(self, task_id: str) -> KnownTask:
         known = self.tasks.get(task_id)
         if known is None:
             self._keys += 1
-            known = self.tasks[task_id] = KnownTask(self._keys, owner)
+            known = self.tasks[task_id] = KnownTask(self._keys, None)
         return known
 
     def _classify(self, item) -> tuple[int, int, bytes | None]:
@@ -192,21 +192,12 @@ class UpstreamCapsule:
             status, _, payload = await request(self.url, "POST", "/", self.headers(), body)
         except UpstreamError as exc:
             raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
-        try:
-            answer = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with HTTP {status} "
-                                           "and no JSON-RPC body") from None
-        if "error" in answer:
-            error = answer["error"]
-            code = error.get("code")
-            raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
-        return answer.get("result")
+        return relayed(method, status, payload)
 
     def _visible(self, task_id: object, p: dict) -> KnownTask | None:
         """The task's record, or -32001 when the caller does not see it (no existence leak)."""
-        if not isinstance(task_id, str):
-            return None
+        if not isinstance(task_id, str) or not task_id:
+            return None  # the upstream answers it (-32602)
         known = self.tasks.get(task_id)
         if not p.get("sees_all", True) and (known is None or known.owner != p.get("owner")):
             raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
@@ -217,13 +208,23 @@ class UpstreamCapsule:
         message = params.get("message") if isinstance(params, dict) else None
         if isinstance(message, dict) and message.get("taskId") is not None:
             self._visible(message.get("taskId"), p)
-        result = await self.call("SendMessage", params)
-        task = result.get("task") if isinstance(result, dict) else None
+        if p.get("streaming") and not await self._serves_streams():
+            task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)
+        else:
+            result = await self.call("SendMessage", params)
+            if isinstance(result, dict) and "message" in result and "task" not in result:
+                if not p.get("streaming"):
+                    return {"message": result["message"]}  # a capsule may answer with a message
+                task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)  # a stream carries a task
+            else:
+                task = result.get("task") if isinstance(result, dict) else None
         if not isinstance(task, dict):
             raise RpcError(INTERNAL_ERROR, "the upstream answered SendMessage without a task")
         if task.get("status", {}).get("state") == states.REJECTED:
             return {"rejected": task}
-        known = self._key(task["id"], p.get("owner"))
+        known = self._key(task["id"])
+        if not (isinstance(message, dict) and message.get("taskId") is not None):
+            known.owner = p.get("owner")  # ours: the link may have recorded its first event already
         return {"task": task, "key": known.key}
 
     async def op_get(self, p: dict) -> dict:
@@ -232,10 +233,33 @@ class UpstreamCapsule:
         return {"task": task, "key": (known or self._key(task["id"])).key}
 
     async def op_subscribe(self, p: dict) -> dict:
-        found = await self.op_get(p)
-        if found["task"]["status"]["state"] in states.TERMINAL_STATES:
-            raise RpcError(UNSUPPORTED_OPERATION, f"task {p.get('id')} has ended")
-        return found
+        if await self._serves_streams():
+            found = await self.op_get(p)
+            if found["task"]["status"]["state"] not in states.TERMINAL_STATES:
+                return found
+        # The upstream's own refusal (an ended task, or no task streams at all), as it words it.
+        task = await self._upstream_opening(SUBSCRIBE_TO_TASK, {"id": p.get("id")})
+        known = self._visible(task.get("id"), p)
+        return {"task": task, "key": (known or self._key(task["id"])).key}
+
+    async def _serves_streams(self) -> bool:
+        """Whether the upstream's card (read as `op_card` reads it) says it serves task streams:
+        one whose `lifecycle.task_acceptance` is `none` says `streaming: false`."""
+        try:
+            card = await self.op_card({})
+        except RpcError:
+            return True  # no card: the request itself finds out
+        capabilities = card.get("capabilities") if isinstance(card, dict) else None
+        return not isinstance(capabilities, dict) or capabilities.get("streaming") is not False
+
+    async def _upstream_opening(self, method: str, params: dict) -> dict:
+        """The task the upstream opens `method`'s stream with, or its refusal raised as it
+        came. An opening its card said it would refuse means the card changed: read it again."""
+        task = await stream_opening(self.url, self.headers(), method, params)
+        self._card = None
+        if not isinstance(task.get("id"), str):
+            raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} with a task without an id")
+        return task
 
     async def op_list(self, p: dict) -> dict:
         result = await self.call("ListTasks", p.get("params") or {})
@@ -254,31 +278,23 @@ class UpstreamCapsule:
         return {}
 
     async def op_attachment(self, p: dict) -> dict | None:
+        """Only what the upstream serves for this task: the caller must see the task here, and
+        the bytes are cached under (task, sha256), so a hash another task returned is fetched
+        (and refused) upstream like any other."""
+        task_id, sha = p.get("task_id"), p.get("sha256")
+        if not isinstance(task_id, str) or not isinstance(sha, str):
+            return None
         try:
-            self._visible(p.get("task_id"), p)
+            self._visible(task_id, p)
         except RpcError:
             return None
-        sha = str(p.get("sha256"))
-        cached = self._attachments.get(sha)
-        if cached is None:
-            try:
-                status, headers, body = await request(
-                    self.url, "GET", f"/attachments/{p.get('task_id')}/{sha}", self.headers())
-            except UpstreamError:
+        found = self.attachments.get(task_id, sha)
+        if found is None:
+            found = await fetch_attachment(self.url, self.headers(), task_id, sha)
+            if found is None:
                 return None
-            if status != 200:
-                return None
-            cached = (headers.get("content-type", "application/octet-stream"), body)
-            self._remember(sha, cached)
-        self._attachments.move_to_end(sha)
-        return {"mediaType": cached[0], "data": base64.b64encode(cached[1]).decode()}
-
-    def _remember(self, sha: str, entry: tuple[str, bytes]) -> None:
-        self._attachments[sha] = entry
-        self._attachment_bytes += len(entry[1])
-        while self._attachment_bytes > ATTACHMENT_CACHE_BYTES and len(self._attachments) > 1:
-            _, (_, old) = self._attachments.popitem(last=False)
-            self._attachment_bytes -= len(old)
+            self.attachments.put(task_id, sha, found)
+        return {"mediaType": found[0], "data": base64.b64encode(found[1]).decode()}
 
     async def op_card(self, p: dict) -> dict:
         """The upstream's public card (cached briefly); the worker puts its own address in."""

@@ -201,7 +201,7 @@ class RpcEndpoint:
             await self.control.call("stop")
             return {}
         if self.config.upstream:
-            return await self.control.call("extended_card")
+            return with_own_address(await self.control.call("extended_card"), scope, self.config)
         if self.door.public:
             raise RpcError(EXTENDED_AGENT_CARD_NOT_CONFIGURED,
                            "this door declares no network.authentication, so it has no extended card")
