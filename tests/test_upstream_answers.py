@@ -194,3 +194,35 @@ def test_extended_card_through_b_names_b(tmp_path):
         on_a = rpc(a.port, "GetExtendedAgentCard", {}, token=ALICE)[2]["result"]
         on_b = rpc(b.port, "GetExtendedAgentCard", {}, token=ALICE)[2]["result"]
     assert on_b == on_a  # both name the address the request's Host header gave, not A's own
+
+
+@pytest.mark.parametrize("door_on", ["A", "B"])
+def test_b_card_declares_bs_own_door(tmp_path, door_on):
+    tokens = tmp_path / "door.toml"
+    tokens.write_text(token_table(RULES))
+    public = tmp_path / "public.toml"
+    public.write_text("")
+    config_a, config_b = (tokens, public) if door_on == "A" else (public, tokens)
+    link = ["--upstream-token", LINK] if door_on == "A" else []
+    with running_gateway("--config", str(config_a), tmp_path=tmp_path) as a, \
+            front_of(a, tmp_path, "--config", str(config_b), *link) as b:
+        card_a, card_b = (orjson.loads(Http(gw.port).request("GET", "/.well-known/agent-card.json")[2])
+                          for gw in (a, b))
+        status, _, _ = rpc(b.port, "GetTask", {"id": "tsk_none"})
+    assert ("securitySchemes" in card_b) == (door_on == "B") == (status == 401)
+    assert ("securitySchemes" in card_a) == (door_on == "A")
+    strip = ("securitySchemes", "securityRequirements")
+    assert {k: v for k, v in card_b.items() if k not in strip} == {k: v for k, v in card_a.items() if k not in strip}
+
+
+def test_an_attachment_b_cannot_ask_a_for_is_503_not_404(tmp_path):
+    with a_and_b(tmp_path, False) as (a, b):
+        task_id, sha = image_task(b.port, None)
+        cached = get(b.port, f"/attachments/{task_id}/{sha}", None)
+        a.stop()
+        wait_for(lambda: rpc(b.port, "GetTask", {"id": task_id})[2].get("error"), what="B to lose A")
+        assert get(b.port, f"/attachments/{task_id}/{sha}", None) == cached  # A served these bytes
+        status, headers, body = Http(b.port).request("GET", f"/attachments/{task_id}/{'1' * 64}")
+    assert cached[0] == 200
+    assert status == 503 and headers["retry-after"] == "1"
+    assert orjson.loads(body)["error"].startswith("the upstream capsule is not reachable")

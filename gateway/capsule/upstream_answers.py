@@ -116,13 +116,14 @@ class AttachmentCache:
 
 async def fetch_attachment(url: str, headers: list[tuple[str, str]], task_id: str,
                            sha256: str) -> tuple[str, bytes] | None:
-    """(media type, bytes) as the upstream serves them, or None where it answers otherwise.
-    The task id is percent-encoded: the upstream reads the very id the client sent."""
+    """(media type, bytes) as the upstream serves them, or None where it answers otherwise;
+    RpcError when it cannot be asked (not "no such attachment": the door answers 503). The
+    task id is percent-encoded: the upstream reads the very id the client sent."""
     path = f"/attachments/{urllib.parse.quote(task_id, safe='')}/{urllib.parse.quote(sha256, safe='')}"
     try:
         status, answer_headers, body = await request(url, "GET", path, headers)
-    except UpstreamError:
-        return None
+    except UpstreamError as exc:
+        raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
     if status != 200:
         return None
     return answer_headers.get("content-type", "application/octet-stream"), body

@@ -304,9 +304,9 @@ class AttachmentEndpoint:
         if SHA256_HEX.fullmatch(sha256):
             try:
                 found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
-            except ConnectionError:
-                await respond(send, 503, orjson.dumps({"error": "the sequencer is not reachable"}),
-                              [(b"retry-after", b"1")])
+            except (ConnectionError, RpcError) as exc:  # the sequencer, or (upstream mode) the upstream
+                message = str(exc) if isinstance(exc, RpcError) else "the sequencer is not reachable"
+                await respond(send, 503, orjson.dumps({"error": message}), [(b"retry-after", b"1")])
                 return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])
