@@ -17,7 +17,7 @@ import socket
 import orjson
 
 from gateway import control, control_words, logs, records
-from gateway.capsule import messages, tck
+from gateway.capsule import messages, paging, tck
 from gateway.capsule.sim import EmbeddedCapsule, Refusal
 from gateway.capsule.upstream import UpstreamCapsule
 from gateway.capsule.tasks import Registry, Task
@@ -27,8 +27,6 @@ from gateway.protocol import events, states
 from gateway.protocol.errors import (INVALID_PARAMS, TASK_NOT_CANCELABLE,
                                      UNSUPPORTED_OPERATION, RpcError)
 from shm import Ring
-
-LIST_PAGE_MAX = 100
 
 
 def returns_immediately(params: dict) -> bool:
@@ -186,24 +184,13 @@ class Sequencer:
 
     async def op_list(self, p: dict) -> dict:
         params = p.get("params") or {}
-        if not isinstance(params, dict):
-            raise RpcError(INVALID_PARAMS, "params must be an object")
+        start, size = paging.window(params)
         context, state = params.get("contextId"), params.get("status")
-        size = params.get("pageSize", 50)
-        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= LIST_PAGE_MAX:
-            raise RpcError(INVALID_PARAMS, f"params.pageSize must be an integer from 1 to {LIST_PAGE_MAX}")
-        token = params.get("pageToken") or "0"
-        if not isinstance(token, str) or not token.isdigit():
-            raise RpcError(INVALID_PARAMS, "params.pageToken is not a token this server issued")
         tasks = [t for t in self.registry.visible(p.get("owner"), p.get("sees_all", True))
                  if (context is None or t.context_id == context) and (state is None or t.state == state)]
         tasks.reverse()  # most recent first
-        start = int(token)
-        page = tasks[start:start + size]
-        more = start + size < len(tasks)
-        return {"tasks": [t.snapshot() for t in page],
-                "nextPageToken": str(start + size) if more else "",
-                "pageSize": size, "totalSize": len(tasks)}
+        answer = paging.page(tasks, start, size)
+        return {**answer, "tasks": [t.snapshot() for t in answer["tasks"]]}
 
     async def op_cancel(self, p: dict) -> dict:
         task = self._task(p)

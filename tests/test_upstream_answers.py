@@ -138,6 +138,8 @@ def refusal_answers(port: int, door: bool) -> dict[str, tuple]:
         "SendStreamingMessage, a reply to an ended task": (SSM, user_message("more", taskId=ended)),
         "SendMessage, no message": ("SendMessage", {}),
         "a push config method": ("GetTaskPushNotificationConfig", {"id": ended}),
+        "ListTasks, pageSize 0": ("ListTasks", {"pageSize": 0}),
+        "ListTasks, a token no listing issued": ("ListTasks", {"pageToken": "next"}),
     }
     if not door:
         cases["GetExtendedAgentCard on a public door"] = ("GetExtendedAgentCard", {})
@@ -226,3 +228,27 @@ def test_an_attachment_b_cannot_ask_a_for_is_503_not_404(tmp_path):
     assert cached[0] == 200
     assert status == 503 and headers["retry-after"] == "1"
     assert orjson.loads(body)["error"].startswith("the upstream capsule is not reachable")
+
+
+def listing(port: int) -> list[tuple]:
+    """Alice's tasks, two a page, while bob's are interleaved with hers."""
+    labels = {}
+    for n in range(5):
+        owner = ALICE if n % 2 == 0 else BOB
+        labels[finished_task(port, owner, f"task {n}")] = f"<task {n}>"
+    pages, token = [], ""
+    while True:
+        params = {"pageSize": 2, **({"pageToken": token} if token else {})}
+        status, _, body = by_label(call(port, "ListTasks", params, ALICE), labels)
+        result = body["result"]  # the tasks by label: their other ids and times are each gateway's own
+        pages.append((status, [t["id"] for t in result["tasks"]], result["pageSize"], result["totalSize"]))
+        token = result["nextPageToken"]
+        pages.append(token and "<more>")
+        if not token or len(pages) > 5:
+            return pages
+
+
+def test_b_pages_a_callers_own_tasks_as_a_does(tmp_path):
+    with a_and_b(tmp_path, True) as (a, b):
+        on_a, on_b = listing(a.port), listing(b.port)
+    assert on_b == on_a == [(200, ["<task 4>", "<task 2>"], 2, 3), "<more>", (200, ["<task 0>"], 2, 3), ""]

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING
 import orjson
 
 from gateway import control_words, logs, records
+from gateway.capsule import paging
 from gateway.capsule.client import Connection, UpstreamError, request
-from gateway.capsule.upstream_answers import AttachmentCache, fetch_attachment, relayed, stream_opening
+from gateway.capsule.upstream_answers import (AttachmentCache, fetch_attachment, listed_tasks, relayed,
+                                              stream_opening)
 from gateway.protocol import states
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK
 from gateway.protocol.errors import INTERNAL_ERROR, TASK_NOT_FOUND, RpcError
@@ -262,12 +264,16 @@ class UpstreamCapsule:
         return task
 
     async def op_list(self, p: dict) -> dict:
-        result = await self.call("ListTasks", p.get("params") or {})
-        if not p.get("sees_all", True) and isinstance(result, dict):
-            mine = [t for t in result.get("tasks", []) if getattr(self.tasks.get(t.get("id")), "owner", None)
-                    == p.get("owner")]
-            result = {**result, "tasks": mine, "totalSize": len(mine)}
-        return result
+        """The upstream's listing; for a caller who sees only its own tasks, those tasks paged
+        here, as a door that held them would page them (the upstream's pages hold everyone's)."""
+        params = p.get("params") or {}
+        if p.get("sees_all", True):
+            return await self.call("ListTasks", params)
+        start, size = paging.window(params)
+        owner = p.get("owner")
+        mine = await listed_tasks(self.call, params,
+                                  lambda t: getattr(self.tasks.get(t["id"]), "owner", None) == owner)
+        return paging.page(mine, start, size)
 
     async def op_cancel(self, p: dict) -> dict:
         self._visible(p.get("id"), p)

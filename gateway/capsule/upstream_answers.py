@@ -16,6 +16,7 @@ import urllib.parse
 
 import orjson
 
+from gateway.capsule import paging
 from gateway.capsule.client import Connection, UpstreamError, request
 from gateway.protocol.errors import ERRORS, INTERNAL_ERROR, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
@@ -83,6 +84,27 @@ def _opening_task(method: str, data: str) -> dict:
     if item is None or item.kind != "task":
         raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
     return item.body
+
+
+async def listed_tasks(call, params: dict, keep) -> list[dict]:
+    """Every task the upstream lists under `params`' filters that `keep` accepts, most recent
+    first, each once: read page by page (`call` is the forwarding one), so a gateway can page
+    one caller's tasks itself."""
+    query = {k: v for k, v in params.items() if k not in ("pageSize", "pageToken")}
+    found: dict[str, dict | None] = {}
+    token = ""
+    while True:
+        answer = await call("ListTasks", {**query, "pageSize": paging.PAGE_MAX, **({"pageToken": token} if token else {})})
+        tasks = answer.get("tasks") if isinstance(answer, dict) else None
+        if not isinstance(tasks, list):
+            raise RpcError(INTERNAL_ERROR, "the upstream answered ListTasks without a task list")
+        before = len(found)
+        for task in tasks:
+            if isinstance(task, dict) and isinstance(task.get("id"), str) and task["id"] not in found:
+                found[task["id"]] = task if keep(task) else None
+        token = answer.get("nextPageToken") or ""
+        if not token or len(found) == before:  # the last page, or one that brought nothing new
+            return [task for task in found.values() if task is not None]
 
 
 class AttachmentCache:
