@@ -252,3 +252,14 @@ def test_b_pages_a_callers_own_tasks_as_a_does(tmp_path):
     with a_and_b(tmp_path, True) as (a, b):
         on_a, on_b = listing(a.port), listing(b.port)
     assert on_b == on_a == [(200, ["<task 4>", "<task 2>"], 2, 3), "<more>", (200, ["<task 0>"], 2, 3), ""]
+
+
+def test_b_acks_a_watcher_with_as_conversation_mode(tmp_path):
+    config = tmp_path / "threaded.toml"
+    config.write_text('[lifecycle]\nconversation = "threaded"\n')
+    with running_gateway("--config", str(config), tmp_path=tmp_path) as a, front_of(a, tmp_path) as b:
+        acks = []
+        for gw in (a, b):
+            with SSEStream(gw.port, "murmur.WatchSession", {}) as watcher:
+                acks.append(item(watcher.next()).frame)
+    assert acks[1] == acks[0] == {"frame": "connection-ack", "role": "observer", "conversationMode": "threaded"}

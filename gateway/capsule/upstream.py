@@ -134,6 +134,7 @@ class UpstreamCapsule:
         name = frame.get("frame") if frame else None
         if name == "connection-ack":
             self.conversation_mode = frame.get("conversationMode", "stateless")
+            self.sequencer.ring.control[control_words.UPSTREAM_THREADED] = int(self.conversation_mode == "threaded")
             self._set_connected(True)
             self.log.info("upstream stream open", url=self.url, last_id=self.last_id)
         elif name == "capsule-closed":

@@ -209,6 +209,12 @@ class RpcEndpoint:
 
     # --- streams ---
 
+    def _conversation(self) -> str:
+        """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
+        if self.config.upstream:
+            return "threaded" if self.hub.ring.control[control_words.UPSTREAM_THREADED] else "stateless"
+        return self.conversation_mode
+
     def _replay_plan(self, scope: dict, watch: bool):
         return plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
                            oldest=self.hub.oldest, next_id=self.hub.next_id)
@@ -230,7 +236,7 @@ class RpcEndpoint:
         if method == WATCH_SESSION:
             stream = Stream(self.hub, send, receive, endpoint=method, rpc_id_json=rpc_id_json,
                             counters=self.counters, control=self.control, raw_send=scope.get(RAW_SEND))
-            parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
+            parts.append(stream.connection_frame(events.connection_ack_frame(self._conversation())))
             ended = self._open_replay(stream, scope, parts, noted, watch=True)
         else:
             who = caller.params()
