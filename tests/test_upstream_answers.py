@@ -263,3 +263,18 @@ def test_b_acks_a_watcher_with_as_conversation_mode(tmp_path):
             with SSEStream(gw.port, "murmur.WatchSession", {}) as watcher:
                 acks.append(item(watcher.next()).frame)
     assert acks[1] == acks[0] == {"frame": "connection-ack", "role": "observer", "conversationMode": "threaded"}
+
+
+def streamed(port: int, params: dict) -> list[str]:
+    """The stream's events in words, its opening task by its state."""
+    with SSEStream(port, SSM, params, activate=True) as stream:
+        events = stream.read_until(lambda e: describe(e).startswith("completed"))
+    return [item(events[0]).body["status"]["state"]] + [describe(e) for e in events[1:]]
+
+
+def test_a_tck_task_streams_through_b_as_through_a(tmp_path):
+    message = {**user_message("hi"), "message": {**user_message("hi")["message"], "messageId": "tck-stream-001-1"}}
+    with a_and_b(tmp_path, False) as (a, b):
+        on_a, on_b = streamed(a.port, message), streamed(b.port, message)
+    assert on_b == on_a
+    assert on_a[0] == "TASK_STATE_SUBMITTED" and on_a[-1] == "completed:task completed"

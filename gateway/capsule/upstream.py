@@ -33,8 +33,8 @@ import orjson
 from gateway import control_words, logs, records
 from gateway.capsule import paging
 from gateway.capsule.client import Connection, UpstreamError, request
-from gateway.capsule.upstream_answers import (AttachmentCache, fetch_attachment, listed_tasks, relayed,
-                                              stream_opening)
+from gateway.capsule.upstream_answers import (AttachmentCache, fetch_attachment, listed_tasks,
+                                              opening_now, relayed, stream_opening)
 from gateway.protocol import states
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK
 from gateway.protocol.errors import INTERNAL_ERROR, TASK_NOT_FOUND, RpcError
@@ -214,7 +214,7 @@ class UpstreamCapsule:
         if p.get("streaming") and not await self._serves_streams():
             task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)
         else:
-            result = await self.call("SendMessage", params)
+            result = await self.call("SendMessage", opening_now(params) if p.get("streaming") else params)
             if isinstance(result, dict) and "message" in result and "task" not in result:
                 if not p.get("streaming"):
                     return {"message": result["message"]}  # a capsule may answer with a message

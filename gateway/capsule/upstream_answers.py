@@ -69,6 +69,15 @@ async def stream_opening(url: str, headers: list[tuple[str, str]], method: str, 
     raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
 
 
+def opening_now(params: dict) -> dict:
+    """SendMessage params that answer with the task as it opens, as SendStreamingMessage does
+    (A2A's `returnImmediately`; a capsule may otherwise answer once the task settles)."""
+    configuration = params.get("configuration", {})
+    if not isinstance(configuration, dict):
+        return params  # the upstream refuses it as it would refuse the stream request
+    return {**params, "configuration": {**configuration, "returnImmediately": True}}
+
+
 def _no_stream(method: str, status: int, payload: bytes) -> dict:
     relayed(method, status, payload)  # raises the refusal it holds
     raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no stream and no error")
