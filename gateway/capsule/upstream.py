@@ -5,7 +5,8 @@ verbatim, so every replica in front of one capsule numbers every event alike and
 resume on any replica. The `result` bytes go into the ring as they came (only the plain form of
 an annotated status is re-encoded). Control methods are forwarded; a SendStreamingMessage is
 forwarded as the SendMessage that takes the message (its answer is the opening task), and the
-stream itself is served from the ring.
+stream itself is served from the ring. What only the upstream knows is asked of it
+(`upstream_answers`): a stream it refuses, attachment bytes, its errors as it worded them.
 
 What watchers see of upstream trouble:
 - a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID);
