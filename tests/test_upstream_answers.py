@@ -19,10 +19,11 @@ from support import Http, SSEStream, describe, headers_for, item, rpc, running_g
 from test_door_auth import token_table, unknown_like
 from test_upstream import front_of
 
-ALICE, BOB, NARROW, LINK = "alice-4b3c2d", "bob-8e7f6a", "narrow-1a2b3c", "link-5d6e7f"
+ALICE, BOB, NARROW, LINK, WATCHER = "alice-4b3c2d", "bob-8e7f6a", "narrow-1a2b3c", "link-5d6e7f", "watcher-9c8d7e"
 OWN = ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
        "GetExtendedAgentCard"]
-RULES = [("alice", ALICE, OWN), ("bob", BOB, OWN), ("narrow", NARROW, ["ListTasks"]), ("link", LINK, ["*"])]
+RULES = [("alice", ALICE, OWN), ("bob", BOB, OWN), ("narrow", NARROW, ["ListTasks"]), ("link", LINK, ["*"]),
+         ("watcher", WATCHER, ["murmur.WatchSession"])]
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"
 KEPT_HEADERS = ("content-type", "content-length", "allow", "www-authenticate", "x-content-type-options")
 
@@ -278,3 +279,13 @@ def test_a_tck_task_streams_through_b_as_through_a(tmp_path):
         on_a, on_b = streamed(a.port, message), streamed(b.port, message)
     assert on_b == on_a
     assert on_a[0] == "TASK_STATE_SUBMITTED" and on_a[-1] == "completed:task completed"
+
+
+def test_a_link_token_the_upstream_refuses_is_named_in_bs_answer(tmp_path):
+    tokens = tmp_path / "door.toml"
+    tokens.write_text(token_table(RULES))
+    with running_gateway("--config", str(tokens), tmp_path=tmp_path) as a, \
+            front_of(a, tmp_path, "--upstream-token", WATCHER) as b:  # its link holds, GetTask is refused
+        error = rpc(b.port, "GetTask", {"id": "tsk_none"})[2]["error"]
+    assert error["code"] == -32603
+    assert error["message"] == "the upstream refused GetTask with HTTP 403: the token does not hold the GetTask scope"

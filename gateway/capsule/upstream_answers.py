@@ -35,7 +35,9 @@ def relayed(method: str, status: int, payload: bytes) -> object:
     if not isinstance(answer, dict):
         raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no JSON-RPC object")
     if "error" in answer:
-        error = answer["error"] if isinstance(answer["error"], dict) else {}
+        error = answer["error"]
+        if not isinstance(error, dict):  # a door's own refusal: {"error": "..."} with its HTTP status
+            raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
         code = error.get("code")
         raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
     return answer.get("result")
