@@ -76,6 +76,7 @@ def attachment_answers(port: int, door: bool) -> dict[str, tuple]:
         "the caller's task and its image": get(port, url, me),  # first: B caches these bytes
         "a task no one holds, with that image's hash": get(port, f"/attachments/{unknown_like(mine)}/{sha}", me),
         "a task of the caller's that returned no image": get(port, f"/attachments/{plain}/{sha}", me),
+        "the other caller's own image": get(port, f"/attachments/{theirs}/{sha}", other),  # now cached on B
         "another caller's task (unseen behind a door)": get(port, f"/attachments/{theirs}/{sha}", me),
         "a hash no call returned": get(port, f"/attachments/{mine}/{'0' * 64}", me),
         "a hash that is not one": get(port, f"/attachments/{mine}/{sha.upper()}", me),
@@ -102,6 +103,7 @@ def test_b_answers_every_attachment_row_as_a(tmp_path, door):
     assert on_a["a task no one holds, with that image's hash"] == (404, {"content-length": "0",
                                                                          "x-content-type-options": "nosniff"}, b"")
     assert on_a["a task of the caller's that returned no image"][0] == 404
+    assert on_a["the other caller's own image"] == on_a["the caller's task and its image"]
     assert on_a["another caller's task (unseen behind a door)"][0] == (404 if door else 200)
     assert on_a["POST"][:2] == (405, {"allow": "GET", "content-length": "0", "x-content-type-options": "nosniff"})
     if door:
