@@ -310,6 +310,8 @@ class UpstreamCapsule:
         if self._card is None or now - self._card[0] > CARD_SECONDS:
             try:
                 status, _, body = await request(self.url, "GET", "/.well-known/agent-card.json", [])
+                if status != 200:  # a refusal's body is not a card
+                    raise UpstreamError(f"it answered HTTP {status}")
                 self._card = (now, orjson.loads(body))
             except (UpstreamError, orjson.JSONDecodeError) as exc:
                 raise RpcError(INTERNAL_ERROR, f"the upstream's agent card is not available: {exc}") from None
