@@ -19,12 +19,11 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import control_words, exporter, logs, metrics, sequencer
+from gateway import control_words, exporter, lifeline, logs, metrics, sequencer
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -74,18 +73,15 @@ class Supervisor:
         config = dataclasses.replace(config, listen_backlog=backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
-        # The socket first: an address in use must not leave segments behind in /dev/shm.
         self.listener = listening_socket(*config.bind, config.listen_backlog)
+        # Segments are memfds and the control socket is abstract: nothing has a path, so
+        # nothing can outlive the processes, whatever kills them (shm.segment, lifeline).
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-        self.ring = Ring.create(base + "-ring")
-        try:
-            self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
-        except BaseException:
-            self.ring.unlink()
-            raise
+        self.ring = Ring.create(base + "-ring", control_words=control_words.COUNT, anonymous=True)
+        self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
         self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
         self.counters.add("pid", os.getpid())
-        self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
+        self.control_path = "\0" + base + ".sock"
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
         for send_end, _ in self.wake:
             send_end.setblocking(False)
@@ -98,20 +94,21 @@ class Supervisor:
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_w, False)
 
-    def _start_worker(self, index: int) -> None:
-        proc = self.ctx.Process(
-            target=worker_process.main, name=f"murgw-worker-{index}",
-            args=(self.config_dict, index, self.listener, self.ring.name, self.blocks.name,
-                  self.control_path, self.wake[index][1]))
+    def _child(self, name: str, target, *args) -> multiprocessing.Process:
+        """A started child process, bound to live no longer than this one (lifeline)."""
+        proc = self.ctx.Process(target=lifeline.child_main, name=name, args=(os.getpid(), target, *args))
         proc.start()
-        self.workers[index] = proc
+        return proc
+
+    def _start_worker(self, index: int) -> None:
+        self.workers[index] = self._child(
+            f"murgw-worker-{index}", worker_process.main, self.config_dict, index, self.listener,
+            self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
 
     def start(self) -> None:
-        self.sequencer = self.ctx.Process(
-            target=sequencer.main, name="murgw-sequencer",
-            args=(self.config_dict, self.ring.name, self.blocks.name, self.control_path,
-                  [send_end for send_end, _ in self.wake]))
-        self.sequencer.start()
+        self.sequencer = self._child(
+            "murgw-sequencer", sequencer.main, self.config_dict, self.ring.handle, self.blocks.handle,
+            self.control_path, [send_end for send_end, _ in self.wake])
         for index in range(self.config.workers):
             self._start_worker(index)
         host, port = self.listener.getsockname()[:2]
@@ -120,10 +117,8 @@ class Supervisor:
         if self.config.metrics_bind is not None:
             parent, child = self.ctx.Pipe(duplex=False)
             mhost, mport = self.config.metrics_bind
-            self.exporter = self.ctx.Process(
-                target=exporter.main, name="murgw-exporter",
-                args=(mhost, mport, self.ring.name, self.blocks.name, child))
-            self.exporter.start()
+            self.exporter = self._child("murgw-exporter", exporter.main, mhost, mport,
+                                        self.ring.handle, self.blocks.handle, child)
             if parent.poll(READY_TIMEOUT):
                 print(f"metrics on http://{url_host(mhost)}:{parent.recv()}/metrics", flush=True)
             else:
@@ -180,13 +175,7 @@ class Supervisor:
             for end in pair:
                 end.close()
         self.ring.close()
-        self.ring.unlink()
         self.counters.close()
-        self.blocks.unlink()
-        try:
-            os.unlink(self.control_path)
-        except FileNotFoundError:
-            pass
 
 
 def run(config: Config) -> int:

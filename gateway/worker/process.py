@@ -23,6 +23,7 @@ from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
 from shm import Ring
+from shm.segment import Handle
 
 GRACE_SECONDS = 2.0
 HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
@@ -53,11 +54,11 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     return hc
 
 
-async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
-              counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
+              counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     lean.install()
-    ring = Ring.attach(ring_name)
-    counters = Counters.attach(counters_name, "worker", index)
+    ring = Ring.attach(ring_segment)
+    counters = Counters.attach(counters_segment, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
 
     def busier() -> bool:
@@ -84,8 +85,8 @@ async def run(config: Config, index: int, listener: socket.socket, ring_name: st
         await control.close()
 
 
-def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
-         counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: Handle,
+         counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     """Process entry point (spawn context)."""
     import uvloop
 
@@ -96,5 +97,5 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
     logs.setup("worker", config.log_level)
     # Loop: uvloop, accepting up to 128 connections per wake-up instead of libuv's one per
     # loop iteration (accept.py), so a busy worker still drains a reconnect storm.
-    uvloop.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock),
+    uvloop.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock),
                loop_factory=Loop)
