@@ -137,6 +137,9 @@ OPTIONS: tuple[Option, ...] = (
            "is closed after this"),
     Option("body-timeout", parse_positive_float, 30.0, "SECONDS",
            "a request body not received in full within this is answered 408"),
+    Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
+           "a worker whose event loop has not turned for this long is killed and replaced "
+           "(0: never; a stopped worker, SIGSTOP, is left alone)"),
 )
 
 
@@ -182,6 +185,7 @@ class Config:
     listen_backlog: int | None = None  # None: net.core.somaxconn (see effective_listen_backlog)
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    worker_stall_timeout: float = 5.0
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()

@@ -23,7 +23,7 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import control_words, exporter, lifeline, logs, metrics, sequencer
+from gateway import control_words, exporter, lifeline, logs, metrics, sequencer, stall
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -32,6 +32,7 @@ TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
 READY_TIMEOUT = 30.0
+WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
 
 
 def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -90,6 +91,7 @@ class Supervisor:
         self.sequencer: multiprocessing.Process | None = None
         self.exporter: multiprocessing.Process | None = None
         self.restarts = 0
+        self.stalls = stall.StallWatch(self.ring.control, config.worker_stall_timeout)
         self.stopping = False
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_w, False)
@@ -104,6 +106,7 @@ class Supervisor:
         self.workers[index] = self._child(
             f"murgw-worker-{index}", worker_process.main, self.config_dict, index, self.listener,
             self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
+        self.stalls.started(index, time.monotonic())
 
     def start(self) -> None:
         self.sequencer = self._child(
@@ -135,13 +138,14 @@ class Supervisor:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
             procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
-            wait([p.sentinel for p in procs] + [self._signal_r], timeout=5.0)
+            wait([p.sentinel for p in procs] + [self._signal_r], timeout=WATCH_SECONDS)
             if self.stopping:
                 break
             if not self.sequencer.is_alive():
                 self.log.error("sequencer exited; the session is over, stopping the gateway",
                                exitcode=self.sequencer.exitcode)
                 return 1
+            self._kill_stuck_workers()
             for index, proc in enumerate(self.workers):
                 if proc is not None and not proc.is_alive():
                     self.restarts += 1
@@ -151,6 +155,16 @@ class Supervisor:
                     self.counters.add("worker_restarts")
                     self._start_worker(index)
         return 0
+
+    def _kill_stuck_workers(self) -> None:
+        """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
+        now = time.monotonic()
+        for index, proc in enumerate(self.workers):
+            if proc is not None and proc.is_alive() and self.stalls.stuck(index, proc.pid, now):
+                self.log.warning("worker's event loop stood still; killing it", worker=index,
+                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout)
+                proc.kill()
+                proc.join(1.0)
 
     def drain(self) -> None:
         """Close every stream, stop every process, leave nothing in /dev/shm."""

@@ -14,7 +14,7 @@ import socket
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs
+from gateway import logs, stall
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
@@ -77,10 +77,12 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
+    pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
     logs.get("worker").info("worker serving", worker=index)
     try:
         await serve(app, hypercorn_config(listener, config), shutdown_trigger=stop.wait)
     finally:
+        pulse.cancel()
         hub.stop()
         await control.close()
 
