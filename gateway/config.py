@@ -127,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
            "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
     Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
            "longest JSON-RPC string id (-32600 beyond)"),
-    Option("max-connections", parse_positive_int, 4096, "N",
+    Option("max-connections", parse_positive_int, None, "N",
            "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
     Option("listen-backlog", parse_positive_int, None, "N",
            "accept queue of the listening socket: connections the kernel holds until a worker "
@@ -181,7 +181,7 @@ class Config:
     max_headers: int = 100
     max_json_depth: int = 32
     max_rpc_id_chars: int = 256
-    max_connections: int = 4096
+    max_connections: int | None = None  # None: from RLIMIT_NOFILE and memory (gateway.capacity)
     listen_backlog: int | None = None  # None: net.core.somaxconn (see effective_listen_backlog)
     header_timeout: float = 10.0
     body_timeout: float = 30.0
@@ -210,7 +210,8 @@ class Config:
         return cls(**data)
 
 
-DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn"}  # defaults found at start
+DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn",
+                 "max-connections": "from RLIMIT_NOFILE and memory"}  # defaults found at start
 SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
 
 

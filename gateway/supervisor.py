@@ -23,7 +23,7 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import control_words, exporter, lifeline, logs, metrics, sequencer, stall
+from gateway import capacity, control_words, exporter, lifeline, logs, metrics, sequencer, stall
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -71,6 +71,12 @@ class Supervisor:
         if config.listen_backlog is not None and backlog < config.listen_backlog:
             self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
                              configured=config.listen_backlog, backlog=backlog)
+        soft_before, hard = capacity.raise_nofile()  # before any child: they inherit it
+        if config.max_connections is None:
+            limit = capacity.default_max_connections(config.workers)
+            config = dataclasses.replace(config, max_connections=limit)
+        self.log.info("descriptor limit raised", soft_before=soft_before, soft=hard, hard=hard,
+                      max_connections=config.max_connections)
         config = dataclasses.replace(config, listen_backlog=backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")

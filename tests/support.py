@@ -13,6 +13,7 @@ import contextlib
 import glob
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -76,16 +77,20 @@ class Gateway:
 
 @contextlib.contextmanager
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
-                    tmp_path=None, env: dict | None = None) -> Iterator[Gateway]:
-    """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit."""
+                    tmp_path=None, env: dict | None = None,
+                    nofile: tuple[int, int] | None = None) -> Iterator[Gateway]:
+    """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit.
+    `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under."""
     stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
     stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
            "--heartbeat-interval", str(heartbeat),
            "--metrics-bind", "127.0.0.1:0" if metrics else "off", *args]
     with open(stderr_path, "wb") as err:
+        limits = None if nofile is None else (
+            lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})}, preexec_fn=limits)
     children: list[int] = []
     try:
         port, metrics_port = _read_addresses(proc, metrics)
