@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 
 from gateway.capacity import FD_RESERVE
-from support import Http, SSEStream, headers_for, rpc_body, running_gateway, wait_for
+from support import SSEStream, running_gateway, wait_for
+from test_limits import exchange, head, refusal
 from test_observability import scrape
 
 WATCH = "murmur.WatchSession"
@@ -33,9 +34,10 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
             streams = [SSEStream(gw.port, WATCH, {}) for _ in range(limit)]
             assert all(stream.status == 200 for stream in streams)
             refused = scrape(gw.metrics_port)["murgw_requests_refused_total"]
-            status, headers, _ = Http(gw.port).request("POST", "/", headers_for(), rpc_body(WATCH))
-            assert status == 503 and headers["retry-after"] == "1"
-            assert scrape(gw.metrics_port)["murgw_requests_refused_total"] == refused + 1
+            answer = exchange(gw.port, head("GET", "/healthz", []), method="GET")
+            assert refusal(answer, 503) and answer.headers["retry-after"] == "1"
+            wait_for(lambda: scrape(gw.metrics_port)["murgw_requests_refused_total"] == refused + 1,
+                     what="the refusal counted")
         finally:
             for stream in streams:
                 with contextlib.suppress(OSError):
