@@ -3,12 +3,14 @@ the sequencer, the workers and the exporter, and drains them all on SIGTERM/SIGI
 
 Why not `hypercorn --workers`: its supervisor stops everything when one worker exits and
 cannot hand a worker its ring and wake-up socket (DESIGN.md). Processes start with the spawn
-context; each worker gets the listening socket, its wake-up socket and the segment names.
+context; each worker gets the listening socket, its wake-up socket and the segments' handles
+(memfds). Every child dies with the supervisor, however it dies (lifeline.py).
 
 A worker that dies is replaced in the same slot (same wake-up socket, its counters folded
 into the retired totals); the other workers and their streams are untouched. If the
 sequencer dies the session is over: the supervisor drains everything and exits 1, so an
-orchestrator restarts the gateway and clients reconnect into a new session.
+orchestrator restarts the gateway and clients reconnect into a new session. A worker whose
+event loop stops turning is killed and replaced the same way (stall.py).
 """
 
 from __future__ import annotations
