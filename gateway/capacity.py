@@ -48,9 +48,14 @@ def memory_available() -> int:
 
 
 def default_max_connections(workers: int) -> int:
-    """Connections per worker the descriptors and the memory allow (see the module doc)."""
-    by_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FD_RESERVE
-    by_memory = int(memory_available() * MEMORY_SHARE) // PLAN_BYTES_PER_WATCHER // max(1, workers)
+    """Connections per worker this process's descriptors and the memory allow."""
+    return connection_limit(resource.getrlimit(resource.RLIMIT_NOFILE)[0], memory_available(), workers)
+
+
+def connection_limit(nofile: int, memory: int, workers: int) -> int:
+    """Per worker: the smaller of `nofile` less the reserve and its share of `memory`."""
+    by_fds = nofile - FD_RESERVE
+    by_memory = int(memory * MEMORY_SHARE) // PLAN_BYTES_PER_WATCHER // max(1, workers)
     return max(1, min(by_fds, by_memory))
 
 

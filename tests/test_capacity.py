@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gateway.capacity import FD_RESERVE
+from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
 from support import SSEStream, running_gateway, wait_for
 from test_limits import exchange, head, refusal
 from test_observability import scrape
@@ -42,3 +42,10 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
             for stream in streams:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+def test_the_connection_limit_is_the_smaller_of_descriptors_and_memory():
+    watchers_in = lambda n: int(n * PLAN_BYTES_PER_WATCHER / MEMORY_SHARE)  # memory for n watchers
+    assert connection_limit(20000, watchers_in(10**6), 2) == 20000 - FD_RESERVE  # descriptors bound
+    assert connection_limit(10**6, watchers_in(30000), 2) == 15000  # memory bound, split over workers
+    assert connection_limit(100, 0, 4) == 1  # never below one
