@@ -10,6 +10,7 @@ SDK's protobuf `StreamResponse`.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import resource
@@ -145,6 +146,22 @@ def gone(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def session_memory(supervisor: int) -> list[str]:
+    """What is left of a session's shared memory: its files in /dev/shm (if any were made),
+    and every process on the machine that maps or holds one of its memfds (while one does,
+    the segment's memory is still allocated). Empty once the session is truly gone."""
+    tag = f"/memfd:murgw-{supervisor}-"
+    left = glob.glob(f"/dev/shm/murgw-{supervisor}-*")
+    for proc in glob.glob("/proc/[0-9]*"):
+        with contextlib.suppress(OSError):
+            with open(f"{proc}/maps") as fh:
+                mapped = tag in fh.read()
+            if mapped or any(os.readlink(f"{proc}/fd/{fd}").startswith(tag)
+                             for fd in os.listdir(f"{proc}/fd")):
+                left.append(f"{proc} holds {tag}*")
+    return left
 
 
 def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:

@@ -7,14 +7,12 @@ is gone; the time it took is printed (`-s` shows it), never asserted.
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import os
 import signal
 import socket
 import time
 
-from support import SSEStream, gone, running_gateway, wait_for
+from support import SSEStream, gone, running_gateway, session_memory, wait_for
 
 WATCH = "murmur.WatchSession"
 DEADLINE = 10.0  # generous on a loaded machine; the behaviour's spec is 1-2 s, printed below
@@ -24,25 +22,6 @@ def tree(gw, count: int) -> list[int]:
     """The supervisor's `count` children: sequencer, workers, exporter if any, and
     multiprocessing's resource tracker."""
     return wait_for(lambda: len(gw.children()) == count and gw.children(), what="the gateway's children")
-
-
-def session_files(supervisor: int) -> list[str]:
-    return glob.glob(f"/dev/shm/murgw-{supervisor}-*")
-
-
-def memfd_holders(supervisor: int) -> list[int]:
-    """Pids of every process on the machine that maps or holds one of the session's memfds:
-    while there is one, the segment's memory is still allocated."""
-    tag = f"/memfd:murgw-{supervisor}-"
-    holders = []
-    for proc in glob.glob("/proc/[0-9]*"):
-        with contextlib.suppress(OSError):
-            with open(f"{proc}/maps") as fh:
-                mapped = tag in fh.read()
-            if mapped or any(os.readlink(f"{proc}/fd/{fd}").startswith(tag)
-                             for fd in os.listdir(f"{proc}/fd")):
-                holders.append(int(proc.rsplit("/", 1)[1]))
-    return holders
 
 
 def bindable(port: int) -> bool:
@@ -60,9 +39,8 @@ def bindable(port: int) -> bool:
 
 
 def all_gone(pids, port: int, supervisor: int):
-    """Nothing of the session left: processes, port, /dev/shm files, memfd holders."""
-    return (all(gone(pid) for pid in pids) and bindable(port) and not session_files(supervisor)
-            and not memfd_holders(supervisor))
+    """Nothing of the session left: processes, port, shared memory."""
+    return all(gone(pid) for pid in pids) and bindable(port) and not session_memory(supervisor)
 
 
 def assert_nothing_left(pids, port: int, supervisor: int, killed_at: float, what: str) -> None:
@@ -73,7 +51,7 @@ def assert_nothing_left(pids, port: int, supervisor: int, killed_at: float, what
 def test_sigkill_of_the_supervisor_with_50_watchers_leaves_nothing(tmp_path):
     with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
         pids = tree(gw, 5)
-        assert memfd_holders(gw.pid)  # the check below can see the segments while they live
+        assert session_memory(gw.pid)  # the check below sees the segments while they live
         streams = [SSEStream(gw.port, WATCH, {}) for _ in range(50)]
         try:
             assert all(stream.status == 200 for stream in streams)
