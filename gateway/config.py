@@ -127,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
            "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
     Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
            "longest JSON-RPC string id (-32600 beyond)"),
-    Option("max-connections", parse_positive_int, 4096, "N",
+    Option("max-connections", parse_positive_int, None, "N",
            "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
     Option("listen-backlog", parse_positive_int, None, "N",
            "accept queue of the listening socket: connections the kernel holds until a worker "
@@ -137,6 +137,9 @@ OPTIONS: tuple[Option, ...] = (
            "is closed after this"),
     Option("body-timeout", parse_positive_float, 30.0, "SECONDS",
            "a request body not received in full within this is answered 408"),
+    Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
+           "a worker whose event loop has not turned for this long is killed and replaced "
+           "(0: never; a stopped worker, SIGSTOP, is left alone)"),
 )
 
 
@@ -178,10 +181,11 @@ class Config:
     max_headers: int = 100
     max_json_depth: int = 32
     max_rpc_id_chars: int = 256
-    max_connections: int = 4096
+    max_connections: int | None = None  # None: from RLIMIT_NOFILE and memory (gateway.capacity)
     listen_backlog: int | None = None  # None: net.core.somaxconn (see effective_listen_backlog)
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    worker_stall_timeout: float = 5.0
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -206,7 +210,8 @@ class Config:
         return cls(**data)
 
 
-DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn"}  # defaults found at start
+DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn",
+                 "max-connections": "from RLIMIT_NOFILE and memory"}  # defaults found at start
 SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
 
 

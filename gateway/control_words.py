@@ -11,6 +11,10 @@ Each is one aligned u64 in the ring's control area, written by exactly one role:
 - ``ARMED + i`` (worker i sets, sequencer clears): worker i is idle and wants one wake-up
   byte on its socket at the next event. Under load the flag stays clear and the sequencer
   makes no syscall for that worker.
+- ``LOOP_BEAT + i`` (worker i): bumped each time worker i's event loop turns a pulse
+  (``gateway.stall``); the supervisor replaces a worker whose word stands still.
+
+The ring is created with ``COUNT`` control words.
 """
 
 CLOSING = 0
@@ -20,3 +24,5 @@ UPSTREAM_CONNECTED = 3
 UPSTREAM_THREADED = 4
 ARMED = 8
 MAX_WORKERS = 56
+LOOP_BEAT = ARMED + MAX_WORKERS
+COUNT = LOOP_BEAT + MAX_WORKERS

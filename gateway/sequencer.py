@@ -27,6 +27,7 @@ from gateway.protocol import events, states
 from gateway.protocol.errors import (INVALID_PARAMS, TASK_NOT_CANCELABLE,
                                      UNSUPPORTED_OPERATION, RpcError)
 from shm import Ring
+from shm.segment import Handle
 
 
 def returns_immediately(params: dict) -> bool:
@@ -220,10 +221,10 @@ class Sequencer:
         return {"conversation": self.capsule.conversation_mode, "closed": self.capsule.closed}
 
 
-async def serve(config: Config, ring_name: str, counters_name: str, control_path: str,
+async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, control_path: str,
                 wake_socks: list[socket.socket]) -> None:
-    ring = Ring.attach(ring_name)
-    counters = Counters.attach(counters_name, "sequencer", 0)
+    ring = Ring.attach(ring_segment)
+    counters = Counters.attach(counters_segment, "sequencer", 0)
     sequencer = Sequencer(config, ring, wake_socks, counters)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -250,7 +251,7 @@ async def serve(config: Config, ring_name: str, counters_name: str, control_path
         ring.close()
 
 
-def main(config_dict: dict, ring_name: str, counters_name: str, control_path: str,
+def main(config_dict: dict, ring_segment: Handle, counters_segment: Handle, control_path: str,
          wake_socks: list[socket.socket]) -> None:
     """Process entry point (spawn context)."""
     import uvloop
@@ -258,4 +259,4 @@ def main(config_dict: dict, ring_name: str, counters_name: str, control_path: st
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
     logs.setup("sequencer", config.log_level)
-    uvloop.run(serve(config, ring_name, counters_name, control_path, wake_socks))
+    uvloop.run(serve(config, ring_segment, counters_segment, control_path, wake_socks))

@@ -14,7 +14,7 @@ import socket
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs
+from gateway import logs, stall
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
@@ -23,6 +23,7 @@ from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
 from shm import Ring
+from shm.segment import Handle
 
 GRACE_SECONDS = 2.0
 HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
@@ -53,11 +54,11 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     return hc
 
 
-async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
-              counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
+              counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     lean.install()
-    ring = Ring.attach(ring_name)
-    counters = Counters.attach(counters_name, "worker", index)
+    ring = Ring.attach(ring_segment)
+    counters = Counters.attach(counters_segment, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
 
     def busier() -> bool:
@@ -76,16 +77,18 @@ async def run(config: Config, index: int, listener: socket.socket, ring_name: st
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
+    pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
     logs.get("worker").info("worker serving", worker=index)
     try:
         await serve(app, hypercorn_config(listener, config), shutdown_trigger=stop.wait)
     finally:
+        pulse.cancel()
         hub.stop()
         await control.close()
 
 
-def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
-         counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: Handle,
+         counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     """Process entry point (spawn context)."""
     import uvloop
 
@@ -96,5 +99,5 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
     logs.setup("worker", config.log_level)
     # Loop: uvloop, accepting up to 128 connections per wake-up instead of libuv's one per
     # loop iteration (accept.py), so a busy worker still drains a reconnect storm.
-    uvloop.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock),
+    uvloop.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock),
                loop_factory=Loop)
