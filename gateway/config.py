@@ -133,7 +133,7 @@ OPTIONS: tuple[Option, ...] = (
            "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
     Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
            "longest JSON-RPC string id (-32600 beyond)"),
-    Option("max-connections", parse_positive_int, 4096, "N",
+    Option("max-connections", parse_positive_int, None, "N",
            "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
     Option("listen-backlog", parse_positive_int, None, "N",
            "accept queue of the listening socket: connections the kernel holds until a worker "
@@ -143,6 +143,9 @@ OPTIONS: tuple[Option, ...] = (
            "is closed after this"),
     Option("body-timeout", parse_positive_float, 30.0, "SECONDS",
            "a request body not received in full within this is answered 408"),
+    Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
+           "a worker whose event loop has not turned for this long is killed and replaced "
+           "(0: never; a stopped worker, SIGSTOP, is left alone)"),
 )
 
 
@@ -186,10 +189,11 @@ class Config:
     max_headers: int
     max_json_depth: int
     max_rpc_id_chars: int
-    max_connections: int
+    max_connections: int | None  # None: from RLIMIT_NOFILE and memory (gateway.capacity)
     listen_backlog: int | None  # None: net.core.somaxconn (see effective_listen_backlog)
     header_timeout: float
     body_timeout: float
+    worker_stall_timeout: float
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -214,7 +218,8 @@ class Config:
         return cls(**data)
 
 
-DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn"}  # defaults found at start
+DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn",
+                 "max-connections": "from RLIMIT_NOFILE and memory"}  # defaults found at start
 SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import socket
 import struct
 from typing import Any, Awaitable, Callable
 
@@ -114,7 +115,16 @@ class ControlClient:
     async def _connect(self) -> asyncio.StreamWriter:
         async with self._lock:
             if self._writer is None or self._writer.is_closing():
-                reader, self._writer = await asyncio.open_unix_connection(self._path)
+                # Connected by hand: uvloop refuses an abstract address (a leading NUL, what
+                # the supervisor uses so that no socket file can outlive the session).
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.setblocking(False)
+                try:
+                    await asyncio.get_running_loop().sock_connect(sock, self._path)
+                except BaseException:
+                    sock.close()
+                    raise
+                reader, self._writer = await asyncio.open_unix_connection(sock=sock)
                 self._reader_task = asyncio.create_task(self._read_answers(reader))
             return self._writer
 

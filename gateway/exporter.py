@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from gateway import control_words, metrics, procstat
 from shm import CounterBlocks, Ring
+from shm.segment import Handle
 
 
 class GatewayCollector:
@@ -47,10 +48,10 @@ class GatewayCollector:
         yield rss
 
 
-def main(host: str, port: int, ring_name: str, counters_name: str, ready: Connection) -> None:
+def main(host: str, port: int, ring_segment: Handle, counters_segment: Handle, ready: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    ring = Ring.attach(ring_name)
-    blocks = CounterBlocks.attach(counters_name)
+    ring = Ring.attach(ring_segment)
+    blocks = CounterBlocks.attach(counters_segment)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(blocks, ring))
     server, _thread = start_http_server(port, addr=host, registry=registry)

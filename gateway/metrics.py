@@ -93,9 +93,9 @@ class Counters:
         self.words = blocks.block(index)
 
     @classmethod
-    def attach(cls, name: str, role: str, worker: int) -> "Counters":
+    def attach(cls, where, role: str, worker: int) -> "Counters":
         """Attach to this process's block and record its pid there for the exporter."""
-        counters = cls(CounterBlocks.attach(name), block_index(role, worker))
+        counters = cls(CounterBlocks.attach(where), block_index(role, worker))
         counters.words[OFFSETS[("pid", "")]] = os.getpid()
         return counters
 
@@ -124,7 +124,8 @@ class Counters:
 
 
 def create_blocks(name: str, workers: int) -> CounterBlocks:
-    return CounterBlocks.create(name, FIRST_WORKER_BLOCK + workers, WORDS)
+    """The session's counter segment: a memfd, handed to each child by its handle."""
+    return CounterBlocks.create(name, FIRST_WORKER_BLOCK + workers, WORDS, anonymous=True)
 
 
 def retire_worker(blocks: CounterBlocks, worker: int) -> None:

@@ -19,3 +19,12 @@ def cpu_and_rss(pid: int) -> tuple[float, int] | None:
         return None
     # fields[0] is the state (field 3 of stat); utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / _TICKS, resident_pages * _PAGE
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (R, S, D, T stopped, t traced, Z, ...), or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None

@@ -24,6 +24,7 @@ from gateway.control import Op
 from gateway.metrics import Counters
 from gateway.protocol.errors import METHOD_NOT_FOUND, RpcError
 from shm import Ring
+from shm.segment import Handle
 
 
 class Sequencer:
@@ -80,6 +81,9 @@ class Sequencer:
     def set_connected(self, up: bool) -> None:
         self.ring.control[control_words.UPSTREAM_CONNECTED] = 1 if up else 0
 
+    def set_conversation(self, mode: str) -> None:
+        self.ring.control[control_words.UPSTREAM_THREADED] = int(mode == "threaded")
+
     # --- control calls from workers ---
 
     async def handle(self, name: object, p: dict) -> object:
@@ -91,10 +95,10 @@ class Sequencer:
         return await operation(p)
 
 
-async def serve(config: Config, ring_name: str, counters_name: str, control_path: str,
+async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, control_path: str,
                 wake_socks: list[socket.socket]) -> None:
-    ring = Ring.attach(ring_name)
-    counters = Counters.attach(counters_name, "sequencer", 0)
+    ring = Ring.attach(ring_segment)
+    counters = Counters.attach(counters_segment, "sequencer", 0)
     sequencer = Sequencer(config, ring, wake_socks, counters)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -115,7 +119,7 @@ async def serve(config: Config, ring_name: str, counters_name: str, control_path
         ring.close()
 
 
-def main(config_dict: dict, ring_name: str, counters_name: str, control_path: str,
+def main(config_dict: dict, ring_segment: Handle, counters_segment: Handle, control_path: str,
          wake_socks: list[socket.socket]) -> None:
     """Process entry point (spawn context)."""
     import uvloop
@@ -123,4 +127,4 @@ def main(config_dict: dict, ring_name: str, counters_name: str, control_path: st
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
     logs.setup(config.log_level)
-    uvloop.run(serve(config, ring_name, counters_name, control_path, wake_socks))
+    uvloop.run(serve(config, ring_segment, counters_segment, control_path, wake_socks))

@@ -2,13 +2,15 @@
 the sequencer, the workers and the exporter, and drains them all on SIGTERM/SIGINT.
 
 Why not `hypercorn --workers`: its supervisor stops everything when one worker exits and
-cannot hand a worker its ring and wake-up socket (docs/architecture.md). Processes start with the spawn
-context; each worker gets the listening socket, its wake-up socket and the segment names.
+cannot hand a worker its ring and wake-up socket (docs/architecture.md). Processes start with
+the spawn context; each worker gets the listening socket, its wake-up socket and the segments'
+handles (memfds). Every child dies with the supervisor, however it dies (lifeline.py).
 
 A worker that dies is replaced in the same slot (same wake-up socket, its counters folded
 into the retired totals); the other workers and their streams are untouched. If the
 sequencer dies the session is over: the supervisor drains everything and exits 1, so an
-orchestrator restarts the gateway and clients reconnect into a new session.
+orchestrator restarts the gateway and clients reconnect into a new session. A worker whose
+event loop stops turning is killed and replaced the same way (stall.py).
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import control_words, exporter, logs, metrics, sequencer
+from gateway import capacity, control_words, exporter, lifeline, logs, metrics, sequencer, stall
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -33,6 +34,7 @@ TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
 READY_TIMEOUT = 30.0
+WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
 
 
 def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -71,21 +73,24 @@ class Supervisor:
         if config.listen_backlog is not None and backlog < config.listen_backlog:
             self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
                              configured=config.listen_backlog, backlog=backlog)
+        soft_before, hard = capacity.raise_nofile()  # before any child: they inherit it
+        if config.max_connections is None:
+            limit = capacity.default_max_connections(config.workers)
+            config = dataclasses.replace(config, max_connections=limit)
+        self.log.info("descriptor limit raised", soft_before=soft_before, soft=hard, hard=hard,
+                      max_connections=config.max_connections)
         config = dataclasses.replace(config, listen_backlog=backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
-        # The socket first: an address in use must not leave segments behind in /dev/shm.
         self.listener = listening_socket(*config.bind, config.listen_backlog)
+        # Segments are memfds and the control socket is abstract: nothing has a path, so
+        # nothing can outlive the processes, whatever kills them (shm.segment, lifeline).
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-        self.ring = Ring.create(base + "-ring")
-        try:
-            self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
-        except BaseException:
-            self.ring.unlink()
-            raise
+        self.ring = Ring.create(base + "-ring", control_words=control_words.COUNT, anonymous=True)
+        self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
         self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
         self.counters.add("pid", os.getpid())
-        self.control_path = os.path.join(tempfile.gettempdir(), base + ".sock")
+        self.control_path = "\0" + base + ".sock"
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
         for send_end, _ in self.wake:
             send_end.setblocking(False)
@@ -94,24 +99,27 @@ class Supervisor:
         self.sequencer: multiprocessing.Process | None = None
         self.exporter: multiprocessing.Process | None = None
         self.restarts = 0
+        self.stalls = stall.StallWatch(self.ring.control, config.worker_stall_timeout)
         self.stopping = False
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_w, False)
 
-    def _start_worker(self, index: int) -> None:
-        proc = self.ctx.Process(
-            target=worker_process.main, name=f"murgw-worker-{index}",
-            args=(self.config_dict, index, self.listener, self.ring.name, self.blocks.name,
-                  self.control_path, self.wake[index][1]))
+    def _child(self, name: str, target, *args) -> multiprocessing.Process:
+        """A started child process, bound to live no longer than this one (lifeline)."""
+        proc = self.ctx.Process(target=lifeline.child_main, name=name, args=(os.getpid(), target, *args))
         proc.start()
-        self.workers[index] = proc
+        return proc
+
+    def _start_worker(self, index: int) -> None:
+        self.workers[index] = self._child(
+            f"murgw-worker-{index}", worker_process.main, self.config_dict, index, self.listener,
+            self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
+        self.stalls.started(index, time.monotonic())
 
     def start(self) -> None:
-        self.sequencer = self.ctx.Process(
-            target=sequencer.main, name="murgw-sequencer",
-            args=(self.config_dict, self.ring.name, self.blocks.name, self.control_path,
-                  [send_end for send_end, _ in self.wake]))
-        self.sequencer.start()
+        self.sequencer = self._child(
+            "murgw-sequencer", sequencer.main, self.config_dict, self.ring.handle, self.blocks.handle,
+            self.control_path, [send_end for send_end, _ in self.wake])
         for index in range(self.config.workers):
             self._start_worker(index)
         host, port = self.listener.getsockname()[:2]
@@ -120,10 +128,8 @@ class Supervisor:
         if self.config.metrics_bind is not None:
             parent, child = self.ctx.Pipe(duplex=False)
             mhost, mport = self.config.metrics_bind
-            self.exporter = self.ctx.Process(
-                target=exporter.main, name="murgw-exporter",
-                args=(mhost, mport, self.ring.name, self.blocks.name, child))
-            self.exporter.start()
+            self.exporter = self._child("murgw-exporter", exporter.main, mhost, mport,
+                                        self.ring.handle, self.blocks.handle, child)
             if parent.poll(READY_TIMEOUT):
                 print(f"metrics on http://{url_host(mhost)}:{parent.recv()}/metrics", flush=True)
             else:
@@ -140,13 +146,14 @@ class Supervisor:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
             procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
-            wait([p.sentinel for p in procs] + [self._signal_r], timeout=5.0)
+            wait([p.sentinel for p in procs] + [self._signal_r], timeout=WATCH_SECONDS)
             if self.stopping:
                 break
             if not self.sequencer.is_alive():
                 self.log.error("sequencer exited; the session is over, stopping the gateway",
                                exitcode=self.sequencer.exitcode)
                 return 1
+            self._kill_stuck_workers()
             for index, proc in enumerate(self.workers):
                 if proc is not None and not proc.is_alive():
                     self.restarts += 1
@@ -156,6 +163,16 @@ class Supervisor:
                     self.counters.add("worker_restarts")
                     self._start_worker(index)
         return 0
+
+    def _kill_stuck_workers(self) -> None:
+        """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
+        now = time.monotonic()
+        for index, proc in enumerate(self.workers):
+            if proc is not None and proc.is_alive() and self.stalls.stuck(index, proc.pid, now):
+                self.log.warning("worker's event loop stood still; killing it", worker=index,
+                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout)
+                proc.kill()
+                proc.join(1.0)
 
     def drain(self) -> None:
         """Close every stream, stop every process, leave nothing in /dev/shm."""
@@ -180,13 +197,7 @@ class Supervisor:
             for end in pair:
                 end.close()
         self.ring.close()
-        self.ring.unlink()
         self.counters.close()
-        self.blocks.unlink()
-        try:
-            os.unlink(self.control_path)
-        except FileNotFoundError:
-            pass
 
 
 def run(config: Config) -> int:

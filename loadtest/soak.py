@@ -4,7 +4,7 @@ Starts `python -m gateway --sim-load RATE`, then runs the load driver (`loadtest
 back-to-back cycles: each cycle opens `--watchers` new connections (resuming with
 `Last-Event-ID`, as reconnecting clients do), holds them for the cycle, checks every id, and
 closes them, so connections churn all along. Between cycles it samples the gateway's process
-tree: RSS, open file descriptors, and its /dev/shm segments. At the end it prints one JSON
+tree: RSS, open file descriptors, and its shared-memory segments. At the end it prints one JSON
 line comparing the first and the last `--window` minutes, and every cycle's figures.
 
     python -m loadtest.soak --minutes 30 --watchers 300 --rate 100
@@ -60,7 +60,15 @@ def rss_anon_kib(pids: list[int]) -> int:
 
 
 def shm_bytes(supervisor: int) -> int:
-    return sum(os.path.getsize(path) for path in glob.glob(f"/dev/shm/murgw-{supervisor}-*"))
+    """Bytes of the session's segments: memfds the supervisor holds (none once it is gone)."""
+    total = 0
+    for link in glob.glob(f"/proc/{supervisor}/fd/*"):
+        try:
+            if os.readlink(link).startswith(f"/memfd:murgw-{supervisor}-"):
+                total += os.stat(link).st_size
+        except OSError:
+            continue  # closed while we looked
+    return total
 
 
 def sample(supervisor: int) -> dict:

@@ -10,7 +10,7 @@ zeroes it for the process that takes its place.
 
 from __future__ import annotations
 
-from shm.segment import Segment
+from shm.segment import Handle, Segment
 
 MAGIC = int.from_bytes(b"murgwct\x01", "little")  # the last byte is the layout version
 _HEADER_WORDS = 8
@@ -33,11 +33,12 @@ class CounterBlocks:
         self._views = [segment.view(start, start + words * 8) for start in self._starts()]
 
     @classmethod
-    def create(cls, name: str, blocks: int, words: int) -> CounterBlocks:
-        """``blocks`` zeroed blocks of ``words`` counters each."""
+    def create(cls, name: str, blocks: int, words: int, *, anonymous: bool = False) -> CounterBlocks:
+        """``blocks`` zeroed blocks of ``words`` counters each (``anonymous``: in a memfd)."""
         if blocks < 1 or words < 1:
             raise ValueError(f"bad counter geometry: {blocks} blocks of {words} words")
-        segment = Segment.create(name, (_HEADER_WORDS + blocks * _stride(words)) * 8)
+        size = (_HEADER_WORDS + blocks * _stride(words)) * 8
+        segment = (Segment.create_anonymous if anonymous else Segment.create)(name, size)
         try:
             with segment.buf[: _HEADER_WORDS * 8].cast("Q") as header:
                 header[_BLOCKS], header[_WORDS] = blocks, words
@@ -49,8 +50,8 @@ class CounterBlocks:
             raise
 
     @classmethod
-    def attach(cls, name: str) -> CounterBlocks:
-        segment = Segment.attach(name)
+    def attach(cls, where: str | Handle) -> CounterBlocks:
+        segment = Segment.attach(where)
         try:
             return cls(segment)
         except BaseException:
@@ -60,6 +61,11 @@ class CounterBlocks:
     def block(self, i: int) -> memoryview:
         """Block ``i``: ``words`` u64 counters, written only by the process that owns it."""
         return self._views[i]
+
+    @property
+    def handle(self) -> Handle | None:
+        """The creator's handle on an anonymous segment: pass it to a spawned child."""
+        return self._segment.handle
 
     def clear_block(self, i: int) -> None:
         start = self._starts()[i]

@@ -55,7 +55,7 @@ from collections import deque
 from typing import Callable, NamedTuple
 
 from shm.platform import check_platform
-from shm.segment import Segment
+from shm.segment import Handle, Segment
 
 MAGIC = int.from_bytes(b"murgwrn\x01", "little")  # the last byte is the layout version
 _HEADER_WORDS = 8
@@ -108,13 +108,15 @@ class Ring:
 
     @classmethod
     def create(cls, name: str, *, slots: int = DEFAULT_SLOTS, arena_bytes: int = DEFAULT_ARENA,
-               control_words: int = DEFAULT_CONTROL_WORDS) -> Ring:
-        """A new, empty ring at epoch 1, owned by this process."""
+               control_words: int = DEFAULT_CONTROL_WORDS, anonymous: bool = False) -> Ring:
+        """A new, empty ring at epoch 1, owned by this process; ``anonymous``: in a memfd
+        (``shm.segment``), attached by ``handle`` rather than by name."""
         check_platform()
         if slots < 1 or arena_bytes < 4 or control_words < 0:
             raise ValueError(f"bad ring geometry: {slots} slots, {arena_bytes} arena bytes, "
                              f"{control_words} control words")
-        segment = Segment.create(name, _segment_size(slots, arena_bytes, control_words))
+        size = _segment_size(slots, arena_bytes, control_words)
+        segment = (Segment.create_anonymous if anonymous else Segment.create)(name, size)
         try:
             with segment.buf[: _HEADER_WORDS * 8].cast("Q") as header:
                 header[_SLOTS], header[_ARENA], header[_CONTROL] = slots, arena_bytes, control_words
@@ -127,14 +129,19 @@ class Ring:
             raise
 
     @classmethod
-    def attach(cls, name: str) -> Ring:
+    def attach(cls, where: str | Handle) -> Ring:
         check_platform()
-        segment = Segment.attach(name)
+        segment = Segment.attach(where)
         try:
             return cls(segment, owner=False)
         except BaseException:
             segment.close()
             raise
+
+    @property
+    def handle(self) -> Handle | None:
+        """The creator's handle on an anonymous ring: pass it to a spawned child."""
+        return self._segment.handle
 
     @property
     def epoch(self) -> int:

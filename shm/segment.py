@@ -1,4 +1,12 @@
-"""A named file in /dev/shm, mapped with mmap: the memory the ring and the counters live in.
+"""Shared memory mapped with mmap: the memory the ring and the counters live in.
+
+Two kinds. A *named* segment is a file in /dev/shm (tests and benchmarks attach to it by
+name; ``unlink`` removes it). An *anonymous* segment (``create_anonymous``) is a memfd: it
+has no path at all, lives exactly as long as some process maps it or holds its fd, and so
+cannot outlive its processes whatever kills them, SIGKILL of every process included. Its
+``handle`` is how another process attaches: a ``Handle`` pickles, for a multiprocessing
+spawn child, as the fd itself passed to the child (the way multiprocessing passes sockets),
+and ``attach(handle)`` maps it and closes the child's copy of the fd.
 
 Not ``multiprocessing.shared_memory``: on Python 3.11 every process that attaches registers
 the segment with its resource tracker, which may unlink it when that process exits
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from multiprocessing import reduction
 
 SHM_DIR = "/dev/shm"
 
@@ -25,11 +34,29 @@ def _path(name: str) -> str:
     return os.path.join(SHM_DIR, name)
 
 
+class Handle:
+    """An anonymous segment's name (for messages) and fd, picklable only into a spawned
+    child (``reduction.DupFd`` adds the fd to the ones the child inherits)."""
+
+    def __init__(self, name: str, fd: int) -> None:
+        self.name, self.fd = name, fd
+
+    def __reduce__(self):
+        return _rebuild_handle, (self.name, reduction.DupFd(self.fd))
+
+
+def _rebuild_handle(name: str, dup) -> Handle:
+    return Handle(name, dup.detach())
+
+
 class Segment:
-    def __init__(self, name: str, mapping: mmap.mmap) -> None:
+    def __init__(self, name: str, mapping: mmap.mmap, handle: Handle | None = None, *,
+                 anonymous: bool = False) -> None:
         self.name = name
+        self.anonymous = anonymous or handle is not None
         self.size = len(mapping)
         self.buf = memoryview(mapping)
+        self.handle = handle  # set on the creator's side of an anonymous segment
         self._mapping: mmap.mmap | None = mapping
         self._views: list[memoryview] = []
 
@@ -49,13 +76,29 @@ class Segment:
         return cls(name, mapping)
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
-        fd = os.open(_path(name), os.O_RDWR)
+    def create_anonymous(cls, name: str, size: int) -> Segment:
+        """A new zero-filled memfd segment; its fd stays open in ``handle`` until ``close``."""
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(name, mapping, Handle(name, fd))
+
+    @classmethod
+    def attach(cls, where: str | Handle) -> Segment:
+        """Map a named segment, or an anonymous one by its handle (whose fd this closes)."""
+        if isinstance(where, Handle):
+            name, fd = where.name, where.fd
+        else:
+            name, fd = where, os.open(_path(where), os.O_RDWR)
         try:
             mapping = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
-        return cls(name, mapping)
+        return cls(name, mapping, anonymous=isinstance(where, Handle))
 
     def view(self, start: int, stop: int, fmt: str = "Q") -> memoryview:
         """``buf[start:stop]`` cast to ``fmt``, released by ``close``."""
@@ -72,8 +115,14 @@ class Segment:
         self.buf.release()
         self._mapping.close()
         self._mapping = None
+        if self.handle is not None:
+            os.close(self.handle.fd)
+            self.handle = None
 
     def unlink(self) -> None:
+        """Remove a named segment's file (an anonymous one has none)."""
+        if self.anonymous:
+            return
         try:
             os.unlink(_path(self.name))
         except FileNotFoundError:

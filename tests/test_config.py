@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gateway import config
-from support import ROOT
+from support import ROOT, session_memory
 
 
 def test_defaults_are_the_interfaces():
@@ -98,7 +98,6 @@ def test_every_option_default_is_written_once():
 
 
 def test_an_address_in_use_exits_1_and_leaves_nothing_in_dev_shm():
-    import glob
     import socket
 
     with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -112,4 +111,4 @@ def test_an_address_in_use_exits_1_and_leaves_nothing_in_dev_shm():
             proc.kill()
     assert proc.returncode == 1
     assert stderr.strip().splitlines()[-1].startswith("mur-gateway: [Errno 98]")
-    assert not glob.glob(f"/dev/shm/murgw-{proc.pid}-*")
+    assert not session_memory(proc.pid)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import threading
 import time
 
 
-from support import SSEStream, gone, item, rpc, running_gateway, user_message, wait_for
+from support import SSEStream, gone, item, rpc, running_gateway, session_memory, user_message, wait_for
 
 WATCH = "murmur.WatchSession"
 
@@ -193,7 +192,7 @@ def test_sequencer_death_ends_the_gateway_cleanly(tmp_path):
             stop_all(recorders)
         wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
         assert "sequencer exited" in gw.stderr()
-    assert not glob.glob(f"/dev/shm/murgw-{gw.pid}-*")  # nothing of this gateway's is left
+    assert not session_memory(gw.pid)  # nothing of this gateway's is left
 
 
 def test_sigterm_drains_under_load(tmp_path):
@@ -211,4 +210,4 @@ def test_sigterm_drains_under_load(tmp_path):
             stop_all(recorders)
         assert elapsed < 5, elapsed
         wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
-    assert not glob.glob(f"/dev/shm/murgw-{gw.pid}-*")  # nothing of this gateway's is left
+    assert not session_memory(gw.pid)  # nothing of this gateway's is left

@@ -5,7 +5,6 @@ Every event read here is also parsed by the A2A SDK's StreamResponse (support.SS
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import time
@@ -14,7 +13,7 @@ import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
 from support import (SSEStream, gone, wait_for, describe, is_terminal_event, item, rpc, running_gateway,
-                     task_id_of, user_message)
+                     session_memory, task_id_of, user_message)
 
 WATCH = "murmur.WatchSession"
 
@@ -331,4 +330,4 @@ def test_sigterm_leaves_no_process_and_no_shm(tmp_path):
             pass  # or the connection was closed under it
         stream.close()
         wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
-    assert not glob.glob(f"/dev/shm/murgw-{gw.pid}-*")  # nothing of this gateway's is left
+    assert not session_memory(gw.pid)  # nothing of this gateway's is left

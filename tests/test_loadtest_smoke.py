@@ -48,3 +48,13 @@ def test_locust_headless_run_reports_sse_events(tmp_path):
     assert int(rows[("POST", "murmur.WatchSession")]["Request Count"]) > 0
     assert int(rows[("SSE", "text")]["Request Count"]) > 0
     assert int(rows[("SSE", "heartbeat")]["Request Count"]) > 0
+
+
+def test_idle_watcher_count_starts_its_gateway_and_reports_memory_per_watcher():
+    out = subprocess.run([sys.executable, "-m", "loadtest.idle20k", "--watchers", "30", "--settle", "0.5"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    assert report["connected"] == 30 and report["refused"] == 0 and report["failures"] == {}
+    assert sum(report["connections_per_process"]) >= 30
+    assert report["server_rss_mib"] > 0 and report["server_pss_mib"] > 0  # smaps_rollup was read

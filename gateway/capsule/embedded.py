@@ -17,7 +17,7 @@ import base64
 import orjson
 
 from gateway import records
-from gateway.capsule import messages, tck
+from gateway.capsule import messages, paging, tck
 from gateway.capsule.sim import Refusal, ScenarioRunner
 from gateway.capsule.tasks import Registry, Task
 from gateway.capsule.writer import RingWriter
@@ -26,9 +26,6 @@ from gateway.control import Op
 from gateway.protocol import events, states
 from gateway.protocol.errors import (INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION,
                                      RpcError, task_ended)
-
-LIST_PAGE_MAX = 100
-LIST_PAGE_DEFAULT = 50
 
 
 def returns_immediately(params: dict) -> bool:
@@ -136,24 +133,13 @@ class EmbeddedCapsule:
 
     async def list(self, p: dict) -> dict:
         params = p.get("params") or {}
-        if not isinstance(params, dict):
-            raise RpcError(INVALID_PARAMS, "params must be an object")
+        start, size = paging.window(params)
         context, state = params.get("contextId"), params.get("status")
-        size = params.get("pageSize", LIST_PAGE_DEFAULT)
-        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= LIST_PAGE_MAX:
-            raise RpcError(INVALID_PARAMS, f"params.pageSize must be an integer from 1 to {LIST_PAGE_MAX}")
-        token = params.get("pageToken") or "0"
-        if not isinstance(token, str) or not token.isdigit():
-            raise RpcError(INVALID_PARAMS, "params.pageToken is not a token this server issued")
         tasks = [t for t in self.registry.visible(p.get("owner"), p.get("sees_all", True))
                  if (context is None or t.context_id == context) and (state is None or t.state == state)]
         tasks.reverse()  # most recent first
-        start = int(token)
-        page = tasks[start:start + size]
-        more = start + size < len(tasks)
-        return {"tasks": [t.snapshot() for t in page],
-                "nextPageToken": str(start + size) if more else "",
-                "pageSize": size, "totalSize": len(tasks)}
+        answer = paging.page(tasks, start, size)
+        return {**answer, "tasks": [t.snapshot() for t in answer["tasks"]]}
 
     async def cancel(self, p: dict) -> dict:
         task = self._task(p)

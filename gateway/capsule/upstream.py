@@ -5,7 +5,8 @@ verbatim, so every replica in front of one capsule numbers every event alike and
 resume on any replica. The `result` bytes go into the ring as they came (only the plain form of
 an annotated status is re-encoded). Control methods are forwarded; a SendStreamingMessage is
 forwarded as the SendMessage that takes the message (its answer is the opening task), and the
-stream itself is served from the ring.
+stream itself is served from the ring. What only the upstream knows is asked of it
+(`upstream_answers`): a stream it refuses, attachment bytes, its errors as it worded them.
 
 What watchers see of upstream trouble:
 - a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID);
@@ -25,20 +26,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
 import random
 
 import orjson
 
 from gateway import logs, records
+from gateway.capsule import paging
 from gateway.capsule.client import Connection, UpstreamError, request
+from gateway.capsule.upstream_answers import (AttachmentCache, fetch_attachment, listed_tasks,
+                                              opening_now, relayed, stream_opening)
 from gateway.capsule.writer import RingWriter
 from gateway.control import Op
 from gateway.protocol import events, states
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK, LIST_TASKS,
-                                         SEND_MESSAGE, STOP_SESSION, WATCH_SESSION)
-from gateway.protocol.errors import (ERRORS, INTERNAL_ERROR, TASK_NOT_FOUND, UNSUPPORTED_OPERATION,
-                                     RpcError, task_ended)
+                                         SEND_MESSAGE, SEND_STREAMING_MESSAGE, STOP_SESSION,
+                                         SUBSCRIBE_TO_TASK, WATCH_SESSION)
+from gateway.protocol.errors import INTERNAL_ERROR, TASK_NOT_FOUND, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.uris import A2A_VERSION, STREAM_URI
 
@@ -68,8 +71,7 @@ class UpstreamCapsule:
         self._keys = 0
         self.last_id = 0
         self.closed = False
-        self._attachments: collections.OrderedDict[str, tuple[str, bytes]] = collections.OrderedDict()
-        self._attachment_bytes = 0
+        self.attachments = AttachmentCache(ATTACHMENT_CACHE_BYTES)
         self._card: tuple[float, dict] | None = None
         self._link: asyncio.Task | None = None
         self.log = logs.get("upstream")
@@ -140,6 +142,7 @@ class UpstreamCapsule:
         frame = item.frame if item is not None else None
         name = frame.get("frame") if frame else None
         if name == events.FRAME_CONNECTION_ACK:
+            self.writer.set_conversation(frame.get("conversationMode", "stateless"))
             self.writer.set_connected(True)
             self.log.info("upstream stream open", url=self.url, last_id=self.last_id)
         elif name == events.FRAME_CAPSULE_CLOSED:
@@ -152,15 +155,16 @@ class UpstreamCapsule:
         self.log.warning("upstream started a new session; starting a new gateway session",
                          last_id=self.last_id)
         self.tasks.clear()
+        self.attachments.clear()  # the old session's tasks are gone upstream
         self.last_id = 0
         self.closed = False
         self.writer.new_session()
 
-    def _key(self, task_id: str, owner: str | None = None) -> KnownTask:
+    def _key(self, task_id: str) -> KnownTask:
         known = self.tasks.get(task_id)
         if known is None:
             self._keys += 1
-            known = self.tasks[task_id] = KnownTask(self._keys, owner)
+            known = self.tasks[task_id] = KnownTask(self._keys, None)
         return known
 
     def _classify(self, item) -> tuple[int, int, bytes | None]:
@@ -191,21 +195,12 @@ class UpstreamCapsule:
             status, _, payload = await request(self.url, "POST", "/", self.headers(), body)
         except UpstreamError as exc:
             raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
-        try:
-            answer = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with HTTP {status} "
-                                           "and no JSON-RPC body") from None
-        if "error" in answer:
-            error = answer["error"]
-            code = error.get("code")
-            raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
-        return answer.get("result")
+        return relayed(method, status, payload)
 
     def _visible(self, task_id: object, p: dict) -> KnownTask | None:
         """The task's record, or -32001 when the caller does not see it (no existence leak)."""
-        if not isinstance(task_id, str):
-            return None
+        if not isinstance(task_id, str) or not task_id:
+            return None  # the upstream answers it (-32602)
         known = self.tasks.get(task_id)
         if not p.get("sees_all", True) and (known is None or known.owner != p.get("owner")):
             raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
@@ -216,13 +211,23 @@ class UpstreamCapsule:
         message = params.get("message") if isinstance(params, dict) else None
         if isinstance(message, dict) and message.get("taskId") is not None:
             self._visible(message.get("taskId"), p)
-        result = await self.call(SEND_MESSAGE, params)
-        task = result.get("task") if isinstance(result, dict) else None
+        if p.get("streaming") and not await self._serves_streams():
+            task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)
+        else:
+            result = await self.call(SEND_MESSAGE, opening_now(params) if p.get("streaming") else params)
+            if isinstance(result, dict) and "message" in result and "task" not in result:
+                if not p.get("streaming"):
+                    return {"message": result["message"]}  # a capsule may answer with a message
+                task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)  # a stream carries a task
+            else:
+                task = result.get("task") if isinstance(result, dict) else None
         if not isinstance(task, dict):
             raise RpcError(INTERNAL_ERROR, "the upstream answered SendMessage without a task")
         if task.get("status", {}).get("state") == states.REJECTED:
             return {"rejected": task}
-        known = self._key(task["id"], p.get("owner"))
+        known = self._key(task["id"])
+        if not (isinstance(message, dict) and message.get("taskId") is not None):
+            known.owner = p.get("owner")  # ours: the link may have recorded its first event already
         return {"task": task, "key": known.key}
 
     async def get(self, p: dict) -> dict:
@@ -231,19 +236,45 @@ class UpstreamCapsule:
         return {"task": task, "key": (known or self._key(task["id"])).key}
 
     async def subscribe(self, p: dict) -> dict:
-        found = await self.get(p)
-        state = found["task"]["status"]["state"]
-        if state in states.TERMINAL_STATES:
-            raise task_ended(UNSUPPORTED_OPERATION, found["task"]["id"], state)
-        return found
+        if await self._serves_streams():
+            found = await self.get(p)
+            if found["task"]["status"]["state"] not in states.TERMINAL_STATES:
+                return found
+        # The upstream's own refusal (an ended task, or no task streams at all), as it words it.
+        task = await self._upstream_opening(SUBSCRIBE_TO_TASK, {"id": p.get("id")})
+        known = self._visible(task.get("id"), p)
+        return {"task": task, "key": (known or self._key(task["id"])).key}
+
+    async def _serves_streams(self) -> bool:
+        """Whether the upstream's card (read as `card` reads it) says it serves task streams:
+        one whose `lifecycle.task_acceptance` is `none` says `streaming: false`."""
+        try:
+            card = await self.card({})
+        except RpcError:
+            return True  # no card: the request itself finds out
+        capabilities = card.get("capabilities") if isinstance(card, dict) else None
+        return not isinstance(capabilities, dict) or capabilities.get("streaming") is not False
+
+    async def _upstream_opening(self, method: str, params: dict) -> dict:
+        """The task the upstream opens `method`'s stream with, or its refusal raised as it
+        came. An opening its card said it would refuse means the card changed: read it again."""
+        task = await stream_opening(self.url, self.headers(), method, params)
+        self._card = None
+        if not isinstance(task.get("id"), str):
+            raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} with a task without an id")
+        return task
 
     async def list(self, p: dict) -> dict:
-        result = await self.call(LIST_TASKS, p.get("params") or {})
-        if not p.get("sees_all", True) and isinstance(result, dict):
-            mine = [t for t in result.get("tasks", []) if getattr(self.tasks.get(t.get("id")), "owner", None)
-                    == p.get("owner")]
-            result = {**result, "tasks": mine, "totalSize": len(mine)}
-        return result
+        """The upstream's listing; for a caller who sees only its own tasks, those tasks paged
+        here, as a door that held them would page them (the upstream's pages hold everyone's)."""
+        params = p.get("params") or {}
+        if p.get("sees_all", True):
+            return await self.call(LIST_TASKS, params)
+        start, size = paging.window(params)
+        owner = p.get("owner")
+        mine = await listed_tasks(self.call, params,
+                                  lambda t: getattr(self.tasks.get(t["id"]), "owner", None) == owner)
+        return paging.page(mine, start, size)
 
     async def cancel(self, p: dict) -> dict:
         self._visible(p.get("id"), p)
@@ -254,31 +285,23 @@ class UpstreamCapsule:
         return {}
 
     async def attachment(self, p: dict) -> dict | None:
+        """Only what the upstream serves for this task: the caller must see the task here, and
+        the bytes are cached under (task, sha256), so a hash another task returned is fetched
+        (and refused) upstream like any other."""
+        task_id, sha = p.get("task_id"), p.get("sha256")
+        if not isinstance(task_id, str) or not isinstance(sha, str):
+            return None
         try:
-            self._visible(p.get("task_id"), p)
+            self._visible(task_id, p)
         except RpcError:
             return None
-        sha = str(p.get("sha256"))
-        cached = self._attachments.get(sha)
-        if cached is None:
-            try:
-                status, headers, body = await request(
-                    self.url, "GET", f"/attachments/{p.get('task_id')}/{sha}", self.headers())
-            except UpstreamError:
+        found = self.attachments.get(task_id, sha)
+        if found is None:
+            found = await fetch_attachment(self.url, self.headers(), task_id, sha)
+            if found is None:
                 return None
-            if status != 200:
-                return None
-            cached = (headers.get("content-type", "application/octet-stream"), body)
-            self._remember(sha, cached)
-        self._attachments.move_to_end(sha)
-        return {"mediaType": cached[0], "data": base64.b64encode(cached[1]).decode()}
-
-    def _remember(self, sha: str, entry: tuple[str, bytes]) -> None:
-        self._attachments[sha] = entry
-        self._attachment_bytes += len(entry[1])
-        while self._attachment_bytes > ATTACHMENT_CACHE_BYTES and len(self._attachments) > 1:
-            _, (_, old) = self._attachments.popitem(last=False)
-            self._attachment_bytes -= len(old)
+            self.attachments.put(task_id, sha, found)
+        return {"mediaType": found[0], "data": base64.b64encode(found[1]).decode()}
 
     async def card(self, p: dict) -> dict:
         """The upstream's public card (cached briefly); the worker puts its own address in."""
@@ -286,6 +309,8 @@ class UpstreamCapsule:
         if self._card is None or now - self._card[0] > CARD_SECONDS:
             try:
                 status, _, body = await request(self.url, "GET", "/.well-known/agent-card.json", [])
+                if status != 200:  # a refusal's body is not a card
+                    raise UpstreamError(f"it answered HTTP {status}")
                 self._card = (now, orjson.loads(body))
             except (UpstreamError, orjson.JSONDecodeError) as exc:
                 raise RpcError(INTERNAL_ERROR, f"the upstream's agent card is not available: {exc}") from None

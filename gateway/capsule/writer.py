@@ -39,6 +39,9 @@ class RingWriter(Protocol):
     def set_connected(self, up: bool) -> None:
         """Whether the capsule is live (`/readyz`)."""
 
+    def set_conversation(self, mode: str) -> None:
+        """The upstream's conversationMode, which every worker's connection-ack repeats."""
+
 
 class Emitter(Protocol):
     def status(self, task: Task, state: str, text: str | None = None, *,

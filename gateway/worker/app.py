@@ -42,7 +42,7 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.worker.attachments import AttachmentEndpoint
-from gateway.worker.card import CardRoute, agent_card
+from gateway.worker.card import CardRoute, agent_card, with_own_address
 from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
                                  is_json_content_type, nests_deeper, respond, rpc_id_of,
                                  rpc_id_problem)
@@ -199,13 +199,19 @@ class RpcEndpoint:
             await self.control.call(Op.STOP)
             return {}
         if self.config.upstream:
-            return await self.control.call(Op.EXTENDED_CARD)
+            return with_own_address(await self.control.call(Op.EXTENDED_CARD), scope, self.config)
         if self.door.public:
             raise RpcError(EXTENDED_AGENT_CARD_NOT_CONFIGURED,
                            "this door declares no network.authentication, so it has no extended card")
         return agent_card(self.config, scope, extended=True)
 
     # --- streams ---
+
+    def _conversation(self) -> str:
+        """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
+        if self.config.upstream:
+            return "threaded" if self.hub.ring.control[control_words.UPSTREAM_THREADED] else "stateless"
+        return self.conversation_mode
 
     def _replay_plan(self, scope: dict, watch: bool):
         return plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
@@ -227,7 +233,7 @@ class RpcEndpoint:
         parts: list[bytes] = []
         if method == WATCH_SESSION:
             stream = Stream(endpoint=method, rpc_id_json=rpc_id_json)
-            parts.append(stream.connection_frame(events.connection_ack_frame(self.conversation_mode)))
+            parts.append(stream.connection_frame(events.connection_ack_frame(self._conversation())))
             ended = self._open_replay(stream, scope, parts, noted, watch=True)
         else:
             who = caller.params()

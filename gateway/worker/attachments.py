@@ -1,6 +1,6 @@
 """`/attachments/<task-id>/<sha256>` (spec "Attachment bytes"), reached by every method so
-each gets the spec's row. The bytes live in the sequencer's task registry (or the upstream's
-cache) under their hash: no file system path is ever formed from the request."""
+each gets the spec's row. The bytes live in the sequencer's task registry (or, upstream, a
+cache keyed by task and hash): no file system path is ever formed from the request."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import orjson
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
+from gateway.protocol.errors import RpcError
 from gateway.worker.door import NOSNIFF, Door, Refused, header, respond, respond_bytes
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -36,9 +37,9 @@ class AttachmentEndpoint:
         if SHA256_HEX.fullmatch(sha256):
             try:
                 found = await self.control.call(Op.ATTACHMENT, task_id=task_id, sha256=sha256, **caller.params())
-            except ConnectionError:
-                await respond(send, 503, orjson.dumps({"error": "the sequencer is not reachable"}),
-                              [(b"retry-after", b"1")])
+            except (ConnectionError, RpcError) as exc:  # the sequencer, or (upstream mode) the upstream
+                message = str(exc) if isinstance(exc, RpcError) else "the sequencer is not reachable"
+                await respond(send, 503, orjson.dumps({"error": message}), [(b"retry-after", b"1")])
                 return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])

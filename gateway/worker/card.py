@@ -28,12 +28,22 @@ def own_url(config: Config, scope: dict) -> str:
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:
-    """The upstream's card, every interface pointing at this gateway instead."""
+    """The upstream's card, every interface pointing at this gateway instead, and the security
+    fields saying what this gateway's own door asks (it enforces its own tokens)."""
     interfaces = card.get("supportedInterfaces")
     if isinstance(interfaces, list):
         card = {**card, "supportedInterfaces": [
             {**i, "url": own_url(config, scope)} if isinstance(i, dict) else i for i in interfaces]}
-    return card
+    card = {k: v for k, v in card.items() if k not in ("securitySchemes", "securityRequirements")}
+    return {**card, **door_fields(config)}
+
+
+def door_fields(config: Config) -> dict:
+    """The card's security fields: a bearer token when the door declares network.authentication."""
+    if not config.tokens:
+        return {}
+    return {"securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
+            "securityRequirements": [{"schemes": {"bearer": {"list": []}}}]}
 
 
 def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
@@ -67,10 +77,7 @@ def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
         "skills": [{"id": "capsule", "name": "capsule", "description": "Runs tasks sent as messages.",
                     "tags": ["murmur"]}],
     }
-    if config.tokens:
-        card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
-        card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
-    return card
+    return {**card, **door_fields(config)}
 
 
 class CardRoute:

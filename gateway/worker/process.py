@@ -11,7 +11,7 @@ import asyncio
 import signal
 import socket
 
-from gateway import logs
+from gateway import logs, stall
 from gateway.config import Config
 from gateway.control import ControlClient
 from gateway.metrics import Counters
@@ -19,15 +19,16 @@ from gateway.worker import hypercorn
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
 from shm import Ring
+from shm.segment import Handle
 
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
 
 
-async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
-              counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
+              counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     sink_for = hypercorn.prepare()
-    ring = Ring.attach(ring_name)
-    counters = Counters.attach(counters_name, "worker", index)
+    ring = Ring.attach(ring_segment)
+    counters = Counters.attach(counters_segment, "worker", index)
     control = ControlClient(control_path)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control)
 
@@ -47,18 +48,20 @@ async def run(config: Config, index: int, listener: socket.socket, ring_name: st
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
+    pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
     logs.get("worker").info("worker serving", worker=index)
     try:
         await hypercorn.serve(app, config, listener, stop.wait, busier)
     finally:
+        pulse.cancel()
         hub.stop()
         await control.close()
 
 
-def main(config_dict: dict, index: int, listener: socket.socket, ring_name: str,
-         counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
+def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: Handle,
+         counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     """Process entry point (spawn context)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
     logs.setup(config.log_level)
-    hypercorn.run(run(config, index, listener, ring_name, counters_name, control_path, wake_sock))
+    hypercorn.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))

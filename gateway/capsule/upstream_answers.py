@@ -1,0 +1,162 @@
+"""What only the upstream knows, asked of it as a client would ask: its JSON-RPC answers
+relayed as they came, its attachment bytes, and its answer to a stream request.
+
+A gateway in front must answer every request as the upstream itself would (a client must
+not tell the two apart), so where the answer is the upstream's to give, it is the
+upstream's answer: the JSON-RPC error code and message as it wrote them, a refused stream
+as its one JSON body, and attachment bytes only for the (task, sha256) the upstream itself
+serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import urllib.parse
+
+import orjson
+
+from gateway.capsule import paging
+from gateway.capsule.client import Connection, UpstreamError, request
+from gateway.protocol.errors import ERRORS, INTERNAL_ERROR, RpcError
+from gateway.protocol.parser import SSEParser, read_stream_response
+
+OPENING_TIMEOUT = 30.0
+OPENING_BYTES = 1 << 20
+
+
+def relayed(method: str, status: int, payload: bytes) -> object:
+    """The `result` of the upstream's JSON-RPC answer, or its error raised as it came."""
+    try:
+        answer = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with HTTP {status} "
+                                       "and no JSON-RPC body") from None
+    if not isinstance(answer, dict):
+        raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no JSON-RPC object")
+    if "error" in answer:
+        error = answer["error"]
+        if not isinstance(error, dict):  # a door's own refusal: {"error": "..."} with its HTTP status
+            raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
+        code = error.get("code")
+        raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
+    return answer.get("result")
+
+
+async def stream_opening(url: str, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
+    """The task the upstream opens a `method` stream with (the stream is then closed: the
+    gateway serves it from its ring); the upstream's refusal, a JSON body, raised as it came."""
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    conn = Connection(url)
+    try:
+        async with asyncio.timeout(OPENING_TIMEOUT):
+            head = await conn.open("POST", "/", headers, body)
+            kind = dict((k.lower(), v) for k, v in head.headers).get(b"content-type", b"")
+            if not kind.startswith(b"text/event-stream"):
+                return _no_stream(method, head.status_code, await conn.read_body())
+            parser, seen = SSEParser(), 0
+            async for chunk in conn.chunks():
+                seen += len(chunk)
+                for event in parser.feed(chunk):
+                    if event.data is not None:
+                        return _opening_task(method, event.data)
+                if seen > OPENING_BYTES:
+                    break
+    except TimeoutError:
+        raise RpcError(INTERNAL_ERROR, f"the upstream did not open {method} within {OPENING_TIMEOUT:g} s") from None
+    except UpstreamError as exc:
+        raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+    finally:
+        conn.close()
+    raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
+
+
+def opening_now(params: dict) -> dict:
+    """SendMessage params that answer with the task as it opens, as SendStreamingMessage does
+    (A2A's `returnImmediately`; a capsule may otherwise answer once the task settles)."""
+    configuration = params.get("configuration", {})
+    if not isinstance(configuration, dict):
+        return params  # the upstream refuses it as it would refuse the stream request
+    return {**params, "configuration": {**configuration, "returnImmediately": True}}
+
+
+def _no_stream(method: str, status: int, payload: bytes) -> dict:
+    relayed(method, status, payload)  # raises the refusal it holds
+    raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no stream and no error")
+
+
+def _opening_task(method: str, data: str) -> dict:
+    try:
+        _, item, error = read_stream_response(data)
+    except ValueError:
+        item = error = None
+    if error is not None:
+        relayed(method, 200, orjson.dumps({"error": error}))
+    if item is None or item.kind != "task":
+        raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
+    return item.body
+
+
+async def listed_tasks(call, params: dict, keep) -> list[dict]:
+    """Every task the upstream lists under `params`' filters that `keep` accepts, most recent
+    first, each once: read page by page (`call` is the forwarding one), so a gateway can page
+    one caller's tasks itself."""
+    query = {k: v for k, v in params.items() if k not in ("pageSize", "pageToken")}
+    found: dict[str, dict | None] = {}
+    token = ""
+    while True:
+        answer = await call("ListTasks", {**query, "pageSize": paging.PAGE_MAX, **({"pageToken": token} if token else {})})
+        tasks = answer.get("tasks") if isinstance(answer, dict) else None
+        if not isinstance(tasks, list):
+            raise RpcError(INTERNAL_ERROR, "the upstream answered ListTasks without a task list")
+        before = len(found)
+        for task in tasks:
+            if isinstance(task, dict) and isinstance(task.get("id"), str) and task["id"] not in found:
+                found[task["id"]] = task if keep(task) else None
+        token = answer.get("nextPageToken") or ""
+        if not token or len(found) == before:  # the last page, or one that brought nothing new
+            return [task for task in found.values() if task is not None]
+
+
+class AttachmentCache:
+    """Attachment bytes the upstream served, keyed by (task id, sha256): an entry proves the
+    upstream served that hash for that task, never for another. Bounded in bytes, least
+    recently used first out."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit = limit_bytes
+        self._entries: collections.OrderedDict[tuple[str, str], tuple[str, bytes]] = collections.OrderedDict()
+        self._bytes = 0
+
+    def get(self, task_id: str, sha256: str) -> tuple[str, bytes] | None:
+        entry = self._entries.get((task_id, sha256))
+        if entry is not None:
+            self._entries.move_to_end((task_id, sha256))
+        return entry
+
+    def put(self, task_id: str, sha256: str, entry: tuple[str, bytes]) -> None:
+        old = self._entries.pop((task_id, sha256), None)
+        self._bytes += len(entry[1]) - (len(old[1]) if old else 0)
+        self._entries[(task_id, sha256)] = entry
+        while self._bytes > self.limit and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._bytes -= len(dropped)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+async def fetch_attachment(url: str, headers: list[tuple[str, str]], task_id: str,
+                           sha256: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) as the upstream serves them, or None where it answers otherwise;
+    RpcError when it cannot be asked (not "no such attachment": the door answers 503). The
+    task id is percent-encoded: the upstream reads the very id the client sent."""
+    path = f"/attachments/{urllib.parse.quote(task_id, safe='')}/{urllib.parse.quote(sha256, safe='')}"
+    try:
+        status, answer_headers, body = await request(url, "GET", path, headers)
+    except UpstreamError as exc:
+        raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+    if status != 200:
+        return None
+    return answer_headers.get("content-type", "application/octet-stream"), body

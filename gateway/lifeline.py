@@ -1,0 +1,45 @@
+"""Children never outlive the supervisor.
+
+Every child the supervisor starts (sequencer, workers, exporter) runs `child_main` first,
+which asks the kernel for SIGKILL the moment its parent dies (``prctl(PR_SET_PDEATHSIG)``)
+and then checks that its parent is still the supervisor: a supervisor that died between
+the fork and the prctl left the child re-parented already, and the kernel would never
+send the signal, so the child exits at once.
+
+Why the kernel's parent-death signal and not a liveness pipe whose EOF each child watches:
+the signal reaches a child whatever it is doing, a worker whose event loop is blocked or
+spinning included (a pipe is only noticed by a loop that turns), and it needs no code in
+the children's loops. SIGKILL and not SIGTERM: a child without its supervisor has nothing
+to drain for and nothing to give back that the kernel does not take (the listening socket,
+the memfd segments, the abstract control socket). The signal follows the death of the
+parent *thread* that forked: the supervisor starts every child from its main thread,
+whose end is the process's end.
+
+multiprocessing's resource tracker, started by the spawn context, is not ours to start:
+it exits at EOF on its pipe, which every child holds open, so it goes right after the last
+of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from typing import Any, Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def bind_to_parent(supervisor_pid: int) -> None:
+    """SIGKILL this process when its parent dies; exit now if it already has."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != supervisor_pid:
+        os._exit(1)
+
+
+def child_main(supervisor_pid: int, target: Callable[..., Any], *args: Any) -> None:
+    """A child's entry point (spawn context): bound to the supervisor, then `target(*args)`."""
+    bind_to_parent(supervisor_pid)
+    target(*args)

@@ -1,0 +1,97 @@
+"""A stuck worker is replaced: a heartbeat word per worker that its event loop bumps.
+
+Each worker bumps ``control_words.LOOP_BEAT + index`` in the ring's control area every
+PULSE_SECONDS from a timer on its event loop (`start_pulse`): the word moves only while the
+loop turns. The supervisor (`StallWatch`) remembers when each word last moved; a worker whose
+word has stood still for ``--worker-stall-timeout`` seconds is treated like a crashed one:
+killed with SIGKILL (a blocked or spinning loop would never run a SIGTERM handler) and
+replaced, and its watchers reconnect with ``Last-Event-ID`` into the replay. The supervisor
+compares only the worker's own counter with its own clock, so no clocks are shared.
+
+A worker stopped by a signal (state ``T``, or ``t`` under a tracer) is not stuck: someone
+chose to stop it, and SIGCONT resumes it where it was. It is left alone, and its clock
+starts again when it runs. A worker that has not beaten once since it was started is given
+STARTUP_SECONDS (imports, attaching) before the same rule applies.
+
+Test-only hook: with MURGW_TEST_HANG_ON_SIGUSR1 set to ``syscall`` or ``spin`` in a
+worker's environment, SIGUSR1 makes its event loop block forever in ``read(2)`` on a pipe
+nobody writes, or in an endless Python loop. Only the tests set it; without it SIGUSR1 keeps
+its default action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from gateway import control_words, procstat
+
+PULSE_SECONDS = 0.25
+STARTUP_SECONDS = 30.0
+STOPPED_STATES = ("T", "t")
+TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
+
+
+def start_pulse(words, index: int) -> Pulse:
+    """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``."""
+    pulse = Pulse(words, control_words.LOOP_BEAT + index)
+    pulse.beat()
+    _install_test_hang(asyncio.get_running_loop())
+    return pulse
+
+
+class Pulse:
+    """The worker's side: one timer on its event loop, one u64 it alone writes."""
+
+    def __init__(self, words, slot: int):
+        self.words, self.slot = words, slot
+        self.timer: asyncio.TimerHandle | None = None
+
+    def beat(self) -> None:
+        self.words[self.slot] += 1
+        self.timer = asyncio.get_running_loop().call_later(PULSE_SECONDS, self.beat)
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class StallWatch:
+    """The supervisor's view of every worker's beat word."""
+
+    def __init__(self, words, timeout: float):
+        self.words, self.timeout = words, timeout
+        self._last: dict[int, tuple[int, float, bool]] = {}  # index -> (word, since, has beaten)
+
+    def started(self, index: int, now: float) -> None:
+        """A new process serves slot `index`: the word's value now is its baseline."""
+        self._last[index] = (self.words[control_words.LOOP_BEAT + index], now, False)
+
+    def stuck(self, index: int, pid: int, now: float) -> bool:
+        """True when slot `index`'s loop has not turned for the timeout (0: never)."""
+        word = self.words[control_words.LOOP_BEAT + index]
+        value, since, beaten = self._last.get(index, (word, now, False))
+        if word != value:
+            self._last[index] = (word, now, True)
+            return False
+        if self.timeout <= 0:
+            return False
+        if procstat.state(pid) in STOPPED_STATES:
+            self._last[index] = (value, now, beaten)  # paused on purpose: its clock restarts
+            return False
+        return now - since > (self.timeout if beaten else max(self.timeout, STARTUP_SECONDS))
+
+
+def _install_test_hang(loop: asyncio.AbstractEventLoop) -> None:
+    how = os.environ.get(TEST_HANG_ENV)
+    if how in ("syscall", "spin"):
+        loop.add_signal_handler(signal.SIGUSR1, _hang, how)
+
+
+def _hang(how: str) -> None:
+    if how == "syscall":
+        read_end, _write_end = os.pipe()
+        os.read(read_end, 1)  # nobody ever writes: blocked in read(2) for good
+    while True:
+        pass
