@@ -25,6 +25,7 @@ from typing import Iterator
 
 import h11
 import orjson
+import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
@@ -145,6 +146,25 @@ def gone(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def require_tool(name: str, package: str) -> str:
+    """The path of a tool a test needs: skipped where it is absent, but a failure in CI
+    (CI=true), where .ci/run installs the Debian `package` that holds it."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed; .ci/run installs Debian's {package} package")
+        pytest.skip(f"{name} not installed (Debian package {package}); CI installs it")
+    return path
+
+
+def dockerfile_user() -> tuple[int, int]:
+    """The numeric uid and gid of the Dockerfile's last USER line."""
+    with open(os.path.join(ROOT, "Dockerfile")) as fh:
+        users = [line.split()[1] for line in fh if line.startswith("USER ")]
+    uid, _, gid = users[-1].partition(":")
+    return int(uid), int(gid or uid)
 
 
 def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:
