@@ -167,6 +167,24 @@ def dockerfile_user() -> tuple[int, int]:
     return int(uid), int(gid or uid)
 
 
+def shm_bytes_per_gateway(workers: int) -> int:
+    """What a gateway with `workers` workers allocates in /dev/shm: a real ring and counter
+    segment, created as the supervisor creates them, measured and removed."""
+    from gateway import metrics
+    from shm import Ring
+
+    base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
+    ring = Ring.create(base + "-ring")
+    blocks = metrics.create_blocks(base + "-metrics", workers)
+    try:
+        return sum(os.stat(f"/dev/shm/{name}").st_size for name in (ring.name, blocks.name))
+    finally:
+        ring.close()
+        ring.unlink()
+        blocks.close()
+        blocks.unlink()
+
+
 def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

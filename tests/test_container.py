@@ -26,12 +26,12 @@ import orjson
 import pytest
 
 from support import (ROOT, SSEStream, dockerfile_user, gone, is_terminal_event, item, require_tool, rpc,
-                     running_gateway, task_id_of, user_message, wait_for, wait_ready)
+                     running_gateway, shm_bytes_per_gateway, task_id_of, user_message, wait_for, wait_ready)
 
 BASE = "docker.io/library/python:3.11-slim"
 IMAGE = "localhost/murmur-gateway:test"
 RUNTIME = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-SHM_SIZE = "128m"  # the ring's 64 MiB arena plus headers and counters (README "Container")
+SHM_SIZE = 128 << 20  # the ring's 64 MiB arena plus headers and counters (README "Container")
 GRACE_SECONDS = 10
 BUILD_TIMEOUT = 600
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -259,6 +259,10 @@ def test_podman_kill_leaves_nothing_running(image):
         wait_for(lambda: container.inspect("{{.State.Status}}") in ("exited", "stopped"), what="the container's end")
         assert container.inspect("{{.State.ExitCode}}") == "137"
         wait_for(lambda: all(gone(pid) for pid in pids), what="every process of the container to end")
+
+
+def test_shm_size_given_holds_what_the_supervisor_allocates():
+    assert SHM_SIZE >= shm_bytes_per_gateway(workers=2)
 
 
 def test_healthcheck_follows_the_bind_it_is_given(tmp_path):
