@@ -26,6 +26,7 @@ from typing import Iterator
 
 import h11
 import orjson
+import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
@@ -162,6 +163,41 @@ def session_memory(supervisor: int) -> list[str]:
                              for fd in os.listdir(f"{proc}/fd")):
                 left.append(f"{proc} holds {tag}*")
     return left
+def require_tool(name: str, package: str) -> str:
+    """The path of a tool a test needs: skipped where it is absent, but a failure in CI
+    (CI=true), where .ci/run installs the Debian `package` that holds it."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed; .ci/run installs Debian's {package} package")
+        pytest.skip(f"{name} not installed (Debian package {package}); CI installs it")
+    return path
+
+
+def dockerfile_user() -> tuple[int, int]:
+    """The numeric uid and gid of the Dockerfile's last USER line."""
+    with open(os.path.join(ROOT, "Dockerfile")) as fh:
+        users = [line.split()[1] for line in fh if line.startswith("USER ")]
+    uid, _, gid = users[-1].partition(":")
+    return int(uid), int(gid or uid)
+
+
+def shm_bytes_per_gateway(workers: int) -> int:
+    """What a gateway with `workers` workers allocates in /dev/shm: a real ring and counter
+    segment, created as the supervisor creates them, measured and removed."""
+    from gateway import metrics
+    from shm import Ring
+
+    base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
+    ring = Ring.create(base + "-ring")
+    blocks = metrics.create_blocks(base + "-metrics", workers)
+    try:
+        return sum(os.stat(f"/dev/shm/{name}").st_size for name in (ring.name, blocks.name))
+    finally:
+        ring.close()
+        ring.unlink()
+        blocks.close()
+        blocks.unlink()
 
 
 def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:
