@@ -24,7 +24,7 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import control_words, exporter, logs, metrics, sequencer
+from gateway import control_words, exporter, logs, metrics, sequencer, tls
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -116,7 +116,8 @@ class Supervisor:
             self._start_worker(index)
         host, port = self.listener.getsockname()[:2]
         self.log.info("listening", port=port, backlog=self.config.listen_backlog, workers=self.config.workers)
-        print(f"listening on http://{url_host(host)}:{port}", flush=True)
+        scheme = "https" if tls.enabled(self.config.certfile, self.config.keyfile) else "http"
+        print(f"listening on {scheme}://{url_host(host)}:{port}", flush=True)
         if self.config.metrics_bind is not None:
             parent, child = self.ctx.Pipe(duplex=False)
             mhost, mport = self.config.metrics_bind

@@ -14,7 +14,7 @@ import socket
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs
+from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
@@ -50,6 +50,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # only bounds the memory a head that never finishes can take (431, empty body, closed).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
     return hc
 
 
