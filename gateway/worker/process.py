@@ -18,7 +18,7 @@ from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
-from gateway.worker import lean
+from gateway.worker import h2_backpressure, lean
 from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
@@ -57,6 +57,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
 async def run(config: Config, index: int, listener: socket.socket, ring_name: str,
               counters_name: str, control_path: str, wake_sock: socket.socket) -> None:
     lean.install()
+    h2_backpressure.install()
     ring = Ring.attach(ring_name)
     counters = Counters.attach(counters_name, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
