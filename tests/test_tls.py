@@ -10,7 +10,8 @@ import sys
 import httpx
 import pytest
 
-from support import ROOT, SSEStream, describe, is_terminal_event, running_gateway, user_message
+from support import (ROOT, SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of,
+                     user_message)
 from tls_support import Certificates
 
 
@@ -123,3 +124,42 @@ def test_mur_watch_cacert_that_does_not_exist(certs):
     done = subprocess.run([sys.executable, "-m", "gateway.watch", "watch", "https://127.0.0.1:1",
                            "--cacert", "/nonexistent/ca.pem"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and done.stderr.startswith("mur watch: --cacert /nonexistent/ca.pem:"), done.stderr
+
+
+def test_certificate_options_from_every_source(certs, tmp_path):
+    from gateway import config
+
+    toml = tmp_path / "tls.toml"
+    toml.write_text(f'certfile = "{certs.certfile}"\nkeyfile = "{certs.keyfile}"\n')
+    for argv, environ in ((["--config", str(toml)], {}),
+                          ([], {"MUR_GATEWAY_CERTFILE": certs.certfile, "MUR_GATEWAY_KEYFILE": certs.keyfile}),
+                          (list(certs.args), {})):
+        loaded = config.load(argv, environ)
+        assert (loaded.certfile, loaded.keyfile) == (certs.certfile, certs.keyfile)
+    assert config.load([], {}).certfile is None
+
+
+def test_stalled_tls_reader_lags_while_other_loses_nothing(certs, tmp_path):
+    """HTTP/1.1 over TLS: a reader that stops reading fills the TLS transport, its stream
+    waits and lags (the same rule as plain HTTP/1.1, tests/test_gateway_watch.py)."""
+    live = {"last_event_id": str(2**40), "tls": certs.client_context(["http/1.1"])}
+    with running_gateway(*certs.args, tls=certs.client_context(), workers=1, tmp_path=tmp_path) as gw:
+        slow = SSEStream(gw.port, "murmur.WatchSession", {}, rcvbuf=4096, **live)
+        fast = SSEStream(gw.port, "murmur.WatchSession", {}, **live)
+        try:
+            assert describe(slow.next()) == describe(fast.next()) == "connection-ack"
+            with httpx.Client(verify=certs.client_context()) as client:
+                task_id = client.post(f"https://127.0.0.1:{gw.port}/", headers={"A2A-Version": "1.0"}, json={
+                    "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                    "params": user_message("/scenario burst n=3000")}).json()["result"]["task"]["id"]
+            fast_events = fast.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))
+            fast_ids = [e.id for e in fast_events if task_id_of(e) == task_id]
+            assert fast_ids == list(range(fast_ids[0], fast_ids[0] + 3004))
+            slow_events = slow.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))
+        finally:
+            slow.close()
+            fast.close()
+    lagged = [item(e).frame for e in slow_events if item(e).frame and item(e).frame["frame"] == "lagged"]
+    assert lagged and all(f["missed"] >= 1 for f in lagged)
+    ids = [e.id for e in slow_events if e.id is not None]
+    assert len(ids) + sum(f["missed"] for f in lagged) == 3004

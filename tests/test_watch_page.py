@@ -176,3 +176,16 @@ def test_page_headers_and_watch_page_off(tmp_path):
     with running_gateway("--watch-page", "off", workers=1, tmp_path=tmp_path) as gw:
         assert Http(gw.port).request("GET", "/watch")[0] == 404
         assert Http(gw.port).request("GET", "/watch/app.js")[0] == 404
+
+
+def test_watch_page_option_from_every_source(tmp_path):
+    from gateway import config
+
+    toml = tmp_path / "page.toml"
+    toml.write_text("watch-page = false\n")
+    assert config.load([], {}).watch_page is True
+    assert config.load(["--config", str(toml)], {}).watch_page is False
+    assert config.load([], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is False
+    assert config.load(["--watch-page", "on"], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is True
+    with pytest.raises(config.ConfigError, match="--watch-page: 'maybe' is not valid: must be on or off"):
+        config.load(["--watch-page", "maybe"], {})
