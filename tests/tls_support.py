@@ -17,7 +17,7 @@ import h2.events
 import trustme
 
 from gateway.protocol.parser import SSEEvent, SSEParser
-from support import headers_for, rpc_body
+from support import headers_for, item, rpc_body
 
 
 WIDE_WINDOW = 16 << 20
@@ -137,3 +137,16 @@ class H2Connection:
         except OSError:
             pass
         self.sock.close()
+
+
+def lagged_frames(events: list[SSEEvent]) -> list[dict]:
+    return [item(e).frame for e in events if e.data is not None and item(e).frame and item(e).frame["frame"] == "lagged"]
+
+
+def accounted(events: list[SSEEvent], total: int) -> bool:
+    """Ids ascend, and `total` live events are each received or named missed by a `lagged` frame
+    (a stalled reader, or a test client slower than a burst on a loaded box)."""
+    ids = [e.id for e in events if e.id is not None]
+    lagged = lagged_frames(events)
+    return (ids == sorted(set(ids)) and all(f["missed"] >= 1 for f in lagged)
+            and len(ids) + sum(f["missed"] for f in lagged) == total)
