@@ -6,6 +6,8 @@ MURGW_SCREENSHOT=PATH saves a screenshot of the page with a finished task (READM
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -34,20 +36,26 @@ pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists
                                 reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
 
 
-@pytest.fixture
-def browser():
+@contextlib.contextmanager
+def chromium(*extra_flags: str):
+    """Headless Debian chromium with a fresh profile, quit (and the profile removed) at exit."""
     profile = tempfile.mkdtemp(prefix="murgw-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in FLAGS:
+    for flag in (*FLAGS, *extra_flags, f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser():
+    with chromium() as driver:
+        yield driver
 
 
 def wait(driver, predicate, timeout: float = 30.0):
@@ -68,8 +76,8 @@ def shown_text(block) -> str:
     return "".join(run.get_attribute("textContent") for run in block.find_elements(By.CSS_SELECTOR, ".log .text"))
 
 
-def open_page(driver, port: int) -> None:
-    driver.get(f"http://127.0.0.1:{port}/watch")
+def open_page(driver, port: int, scheme: str = "http") -> None:
+    driver.get(f"{scheme}://127.0.0.1:{port}/watch")
     wait(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "connected")
 
 
@@ -189,3 +197,35 @@ def test_watch_page_option_from_every_source(tmp_path):
     assert config.load(["--watch-page", "on"], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is True
     with pytest.raises(config.ConfigError, match="--watch-page: 'maybe' is not valid: must be on or off"):
         config.load(["--watch-page", "maybe"], {})
+
+
+def test_page_over_https_and_http2(tmp_path):
+    """Chromium trusts exactly the throwaway certificate's key (an SPKI pin, so it still
+    verifies), negotiates h2 for the page, and its streaming fetch (same origin, so the same
+    HTTP/2 connection) shows the task to the end."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from tls_support import Certificates
+
+    certs = Certificates(tmp_path)
+    with open(certs.certfile, "rb") as fh:
+        spki = x509.load_pem_x509_certificate(fh.read()).public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pin = base64.b64encode(hashlib.sha256(spki).digest()).decode()
+    with running_gateway(*certs.args, tls=certs.client_context(), workers=1, tmp_path=tmp_path) as gw, \
+            chromium(f"--ignore-certificate-errors-spki-list={pin}") as driver:
+        open_page(driver, gw.port, "https")
+        assert driver.execute_script(
+            "return performance.getEntriesByType('navigation')[0].nextHopProtocol") == "h2"
+        task_id = send_https(gw.port, certs, "hello")
+        wait(driver, lambda: task_state(driver, task_id) == "completed")
+
+
+def send_https(port: int, certs, text: str) -> str:
+    import httpx
+
+    with httpx.Client(verify=certs.client_context()) as client:
+        return client.post(f"https://127.0.0.1:{port}/", headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message(text)}).json()[
+            "result"]["task"]["id"]
