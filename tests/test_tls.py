@@ -159,3 +159,40 @@ def test_stalled_tls_reader_lags_and_stays_open(certs, tmp_path):
     # the other stream gets every event (or, on a loaded box, accounts for each one it missed)
     assert accounted(fast_events, 3004)
     assert lagged_frames(slow_events) and accounted(slow_events, 3004)
+
+
+def test_tls_server_accepts_in_bursts(certs):
+    """hypercorn's TLS server on the inherited socket is the burst accept loop, which wraps
+    each accepted socket in TLS itself: a verifying client completes a request through it."""
+    import asyncio
+    import socket
+
+    from gateway.worker.accept import BurstServer, Loop
+
+    async def scenario() -> bytes:
+        server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_context.load_cert_chain(certs.certfile, certs.keyfile)
+        listener = socket.create_server(("127.0.0.1", 0))
+
+        async def answer(reader, writer):
+            writer.write(await reader.readline())
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, sock=listener, ssl=server_context, ssl_handshake_timeout=5)
+        assert isinstance(server, BurstServer)
+        try:
+            reader, writer = await asyncio.open_connection(*listener.getsockname(), ssl=certs.client_context(),
+                                                           server_hostname="127.0.0.1")
+            writer.write(b"over tls\n")
+            echoed = await reader.readline()
+            writer.close()
+            return echoed
+        finally:
+            server.close()
+
+    loop = Loop()
+    try:
+        assert loop.run_until_complete(scenario()) == b"over tls\n"
+    finally:
+        loop.close()
