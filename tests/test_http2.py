@@ -5,12 +5,21 @@ HTTP/1.1 chunk framing into the HTTP/2 connection and break every check below.""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
 import time
 
 import httpx
 import pytest
+import uvloop
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
 
-from support import SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message
+from gateway import tls
+from gateway.worker import direct
+from support import (SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message,
+                     wait_for)
 from tls_support import Certificates, H2Connection, accounted, lagged_frames
 
 WATCH = "murmur.WatchSession"
@@ -182,3 +191,46 @@ def test_stalled_http2_stream_lags_while_its_neighbour_goes_on(certs, tmp_path):
         assert accounted(fast.events, 3004) and lagged_frames(slow.events)
         assert "SSE broadcast lagged by" in gw.stderr()
 
+
+
+async def which_body(scope, receive, send):
+    """Answers which path its body took: `direct` where direct.find engages, else `asgi`."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    body = direct.find(send)
+    await send({"type": "http.response.body", "body": b"asgi" if body is None else b"", "more_body": True})
+    if body is not None:
+        body.write(b"direct")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_direct_body_engages_on_http1_over_tls_and_never_on_http2(certs):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = HypercornConfig()
+    config.bind = [f"fd://{listener.detach()}"]  # hypercorn owns (and closes) the socket
+    config.accesslog = config.errorlog = None
+    tls.configure(config, certs.certfile, certs.keyfile, handshake_timeout=5)
+    loop = uvloop.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete,
+                              args=(serve(which_body, config, shutdown_trigger=stop.wait),), daemon=True)
+    thread.start()
+    try:
+        answers = {}
+        for http2 in (False, True):
+            with httpx.Client(http2=http2, verify=certs.client_context()) as client:
+                answer = wait_for(lambda: _get(client, f"https://127.0.0.1:{port}/"), what="the TLS server")
+                answers[answer.http_version] = answer.content
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+    assert answers == {"HTTP/1.1": b"direct", "HTTP/2": b"asgi"}
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response | None:
+    try:
+        return client.get(url)
+    except httpx.ConnectError:
+        return None
