@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from gateway import tls
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it."""
@@ -81,6 +83,15 @@ def parse_log_level(text: str) -> str:
     return level
 
 
+def parse_on_off(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().lower()
+    if word not in ("on", "off"):
+        raise ValueError("must be on or off")
+    return word == "on"
+
+
 def parse_url(text: str) -> str:
     text = str(text)
     if not text.startswith(("http://", "https://")):
@@ -140,6 +151,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
            "a worker whose event loop has not turned for this long is killed and replaced "
            "(0: never; a stopped worker, SIGSTOP, is left alone)"),
+    Option("certfile", str, None, "FILE",
+           "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),
+    Option("keyfile", str, None, "FILE", "PEM private key of --certfile"),
+    Option("watch-page", parse_on_off, "on", "on|off", "serve the live watch page at GET /watch"),
 )
 
 
@@ -186,6 +201,9 @@ class Config:
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     worker_stall_timeout: float = 5.0
+    certfile: str | None = None
+    keyfile: str | None = None
+    watch_page: bool = True
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -327,6 +345,9 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             values[opt.attr] = opt.parse(raw)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
+    problem = tls.certificate_problem(values["certfile"], values["keyfile"])
+    if problem is not None:
+        raise ConfigError(problem)
     if values["workers"] is None:
         values["workers"] = os.cpu_count() or 1
     lifecycle = _section(data, "lifecycle", Lifecycle, {

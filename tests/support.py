@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -79,9 +80,11 @@ class Gateway:
 @contextlib.contextmanager
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
                     tmp_path=None, env: dict | None = None,
-                    nofile: tuple[int, int] | None = None) -> Iterator[Gateway]:
+                    nofile: tuple[int, int] | None = None,
+                    tls: ssl.SSLContext | None = None) -> Iterator[Gateway]:
     """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit.
-    `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under."""
+    `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under; `tls`: the client context that
+    verifies a gateway started with --certfile/--keyfile."""
     stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
     stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
@@ -96,7 +99,7 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
     try:
         port, metrics_port = _read_addresses(proc, metrics)
         gateway = Gateway(proc, port, metrics_port, stderr_path)
-        wait_ready(port)
+        wait_ready(port, tls=tls)
         children = gateway.children()
         yield gateway
     finally:
@@ -120,7 +123,7 @@ def _read_addresses(proc: subprocess.Popen, metrics: bool) -> tuple[int, int | N
                 raise RuntimeError(f"gateway exited with {proc.returncode} before listening")
             continue
         line = proc.stdout.readline().decode()
-        if match := re.match(r"listening on http://[^:]+:(\d+)", line):
+        if match := re.match(r"listening on https?://[^:]+:(\d+)", line):
             port = int(match.group(1))
         elif match := re.match(r"metrics on http://[^:]+:(\d+)/metrics", line):
             metrics_port = int(match.group(1))
@@ -163,6 +166,8 @@ def session_memory(supervisor: int) -> list[str]:
                              for fd in os.listdir(f"{proc}/fd")):
                 left.append(f"{proc} holds {tag}*")
     return left
+
+
 def require_tool(name: str, package: str) -> str:
     """The path of a tool a test needs: skipped where it is absent, but a failure in CI
     (CI=true), where .ci/run installs the Debian `package` that holds it."""
@@ -200,11 +205,11 @@ def shm_bytes_per_gateway(workers: int) -> int:
         blocks.unlink()
 
 
-def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:
+def wait_ready(port: int, timeout: float = START_TIMEOUT, tls: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            status, _, _ = Http(port).request("GET", "/readyz")
+            status, _, _ = Http(port, tls=tls).request("GET", "/readyz")
             if status == 200:
                 return
         time.sleep(0.05)
@@ -238,14 +243,17 @@ def user_message(text: str, **extra) -> dict:
 
 
 class Http:
-    """One HTTP/1.1 connection over a raw socket, parsed with h11."""
+    """One HTTP/1.1 connection over a raw socket (TLS with `tls`), parsed with h11."""
 
-    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 10.0):
+    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(timeout)
         self.sock.connect(("127.0.0.1", port))
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.conn = h11.Connection(h11.CLIENT)
         self.status: int | None = None
         self.headers: dict[str, str] = {}
@@ -336,8 +344,9 @@ class SSEStream:
     """
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
-                 rcvbuf: int | None = None, timeout: float = 10.0, **header_options):
-        self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout)
+                 rcvbuf: int | None = None, timeout: float = 10.0, tls: ssl.SSLContext | None = None,
+                 **header_options):
+        self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls)
         self.http.send_request("GET", "/healthz")
         self.http.read_head()
         self.worker_pid = orjson.loads(self.http.read_body())["pid"]

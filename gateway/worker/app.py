@@ -52,6 +52,7 @@ from gateway.worker.door import (CLOSE, NOSNIFF, Admission, Caller, Door, Refuse
                                  respond, respond_bytes, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.streams import Stream, TaskView
+from gateway.worker.watch_page import routes as watch_page_routes
 
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
@@ -371,6 +372,7 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        *watch_page_routes(config),
     ], exception_handlers={HTTPException: http_error, Exception: http_error})
     app.router.redirect_slashes = False  # a redirect would echo the client's Host header
     return Admission(app, config, counters, rpc=rpc)

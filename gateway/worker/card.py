@@ -11,7 +11,8 @@ from gateway.worker.door import header
 
 
 def own_url(config: Config, scope: dict) -> str:
-    return "http://%s/" % (header(scope, b"host") or "%s:%d" % tuple(config.bind))
+    # scope["scheme"] is "https" on a TLS connection (--certfile), whatever the HTTP version
+    return "%s://%s/" % (scope.get("scheme", "http"), header(scope, b"host") or "%s:%d" % tuple(config.bind))
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:

@@ -14,11 +14,11 @@ import socket
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs, stall
+from gateway import logs, stall, tls
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
-from gateway.worker import lean
+from gateway.worker import h2_backpressure, lean
 from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
@@ -51,12 +51,14 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # only bounds the memory a head that never finishes can take (431, empty body, closed).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
     return hc
 
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     lean.install()
+    h2_backpressure.install()
     ring = Ring.attach(ring_segment)
     counters = Counters.attach(counters_segment, "worker", index)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters)
