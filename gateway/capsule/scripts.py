@@ -96,11 +96,14 @@ async def input_script(a: Attempt, options: dict) -> None:
 
 
 async def timeout_script(a: Attempt, options: dict) -> None:
+    """The wait times out, the call fails, and the task works on while its hooks run
+    (`hooks=SECONDS`, default 0) before it ends FAILED `input-timeout`."""
     await a.turn()
     call_id = await a.tool_call("request-input", 32)
     await a.wait_for_input(options.get("prompt", "Which file?"), INPUT_TIMEOUT)
     await a.tool_result(call_id, "request-input", "request-input timed out", exit_code=None,
                         is_error=True)
+    await asyncio.sleep(_float(options, "hooks", 0.0))
     a.fail(states.INPUT_TIMEOUT)
 
 
