@@ -12,29 +12,35 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-import orjson
-
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.direct import RAW_SEND
+from gateway.worker.problem import PROBLEM_HEAD, problem_body
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 RETRY_AFTER_SECONDS = 1
-INTERNAL_ERROR_BODY = orjson.dumps({"error": "internal error"})
+RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 
 
 class Refused(Exception):
-    """A door refusal with its own HTTP status and JSON body."""
+    """A door refusal: its HTTP status, and problem details (problem.py) saying why."""
 
     def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, list(headers)
 
+    @property
+    def body(self) -> bytes:
+        return problem_body(self.status, self.message)
+
     async def send(self, send) -> None:
-        await respond(send, self.status, orjson.dumps({"error": self.message}), self.headers)
+        await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers])
+
+
+INTERNAL_ERROR = Refused(500, "internal error")
 
 
 class Caller:
@@ -154,7 +160,7 @@ def nests_deeper(value: object, limit: int) -> bool:
 class Admission:
     """What every request passes before any route: the worker's open-request limit and the head
     limits. hypercorn bounds what it buffers of an unfinished head (process.py); this checks
-    the finished head, so a refusal can carry a JSON body."""
+    the finished head, so a refusal can say which limit it was."""
 
     def __init__(self, app, config: Config, counters: Counters, rpc=None):
         self.app, self.config, self.counters = app, config, counters
@@ -173,7 +179,7 @@ class Admission:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
         if self.open >= self.config.max_connections:
             return Refused(503, "this worker is serving as many requests as it may; retry shortly",
-                           [(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
+                           [RETRY_AFTER, CLOSE])
         return None
 
     async def __call__(self, scope, receive, send) -> None:
@@ -191,9 +197,9 @@ class Admission:
         try:
             await (self.rpc if direct else self.app)(scope, receive, send)
         except Exception:
-            if direct:  # as Starlette would: a JSON 500 (app.http_error) if the response has not started
+            if direct:  # as Starlette would (app.http_error), if the response has not started
                 try:
-                    await respond(send, 500, INTERNAL_ERROR_BODY)
+                    await INTERNAL_ERROR.send(send)
                 except Exception:
                     pass  # it had: the server ends the connection
             raise
