@@ -79,3 +79,13 @@ def test_bytes_that_are_not_http_get_problem_details_and_a_close(gateway):
     assert lines[0] == b"HTTP/1.1 400 Bad Request" and b"connection: close" in lines
     headers = {k.lower(): v for k, v in (line.decode().split(": ", 1) for line in lines[1:])}
     assert problem_detail(400, headers, body) == "the request is not well-formed HTTP/1.1"
+
+
+def test_a_websocket_handshake_is_refused_with_problem_details(gateway):
+    answer = raw(gateway.port, b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:])}
+    assert lines[0] == "HTTP/1.1 403 Forbidden"
+    assert problem_detail(403, headers, body) == "this door serves no WebSocket: send JSON-RPC as POST /"

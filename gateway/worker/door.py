@@ -36,11 +36,13 @@ class Refused(Exception):
     def body(self) -> bytes:
         return problem_body(self.status, self.message)
 
-    async def send(self, send) -> None:
-        await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers])
+    async def send(self, send, asgi: str = "") -> None:
+        """`asgi` "websocket." refuses a WebSocket handshake (ASGI's denial response)."""
+        await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers], asgi)
 
 
 INTERNAL_ERROR = Refused(500, "internal error")
+NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
 
 
 class Caller:
@@ -120,10 +122,11 @@ async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, byt
     await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
 
 
-async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
+async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),
+                        asgi: str = "") -> None:
+    await send({"type": f"{asgi}http.response.start", "status": status,
                 "headers": [(b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{asgi}http.response.body", "body": body})
 
 
 def rpc_id_problem(rpc_id: object, max_chars: int) -> str | None:
@@ -183,6 +186,10 @@ class Admission:
         return None
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            self.counters.add("requests_refused")
+            await NO_WEBSOCKET.send(send, "websocket.")
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
