@@ -47,11 +47,10 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
 from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.worker.card import agent_card, with_own_address
 from gateway.worker.direct import RAW_SEND
-from gateway.worker.door import (CLOSE, INTERNAL_ERROR, NOSNIFF, RETRY_AFTER, Admission, Caller,
-                                 Door, Refused, header, header_values, is_json_content_type,
+from gateway.worker.door import (CLOSE, NOSNIFF, RETRY_AFTER, Admission, Caller, Door, Refused,
+                                 header, header_values, http_error, is_json_content_type,
                                  nests_deeper, respond, respond_bytes, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
-from gateway.worker.problem import PROBLEM_TYPE
 from gateway.worker.streams import Stream, TaskView
 
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
@@ -315,26 +314,6 @@ class AttachmentEndpoint:
                             [(b"content-type", found["mediaType"].encode()), NOSNIFF])
 
 
-def problem_response(refusal: Refused) -> Response:
-    return Response(refusal.body, refusal.status, {k.decode(): v.decode() for k, v in refusal.headers},
-                    media_type=PROBLEM_TYPE)
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no route, a method the route does not take, a bug), as the
-    door's refusals are."""
-    if not isinstance(exc, HTTPException):
-        return problem_response(INTERNAL_ERROR)
-    headers = exc.headers or {}
-    if exc.status_code == 404:
-        detail = "nothing is served at this path"
-    elif exc.status_code == 405 and "Allow" in headers:
-        detail = f"this path takes only {headers['Allow']}"
-    else:
-        detail = exc.detail.lower()
-    return problem_response(Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()]))
-
-
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
     rpc = RpcEndpoint(config, hub, control, counters)
     card_cache: dict[str, tuple[bytes, str, str, float]] = {}
@@ -350,8 +329,8 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
                 try:
                     found = await control.call("card")
                 except (RpcError, ConnectionError) as exc:
-                    return problem_response(Refused(503, f"the upstream's agent card is not available: {exc}",
-                                                    [RETRY_AFTER]))
+                    return Refused(503, f"the upstream's agent card is not available: {exc}",
+                                   [RETRY_AFTER]).response()
                 body = orjson.dumps(with_own_address(found, request.scope, config))
             else:
                 body = orjson.dumps(agent_card(config, request.scope))

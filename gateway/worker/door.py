@@ -12,11 +12,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.direct import RAW_SEND
-from gateway.worker.problem import PROBLEM_HEAD, problem_body
+from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
@@ -36,12 +40,17 @@ class Refused(Exception):
     def body(self) -> bytes:
         return problem_body(self.status, self.message)
 
+    def response(self) -> Response:
+        """The same refusal as a Starlette response, for a route's handler."""
+        return Response(self.body, self.status, {k.decode(): v.decode() for k, v in self.headers},
+                        media_type=PROBLEM_TYPE)
+
     async def send(self, send, asgi: str = "") -> None:
         """`asgi` "websocket." refuses a WebSocket handshake (ASGI's denial response)."""
         await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers], asgi)
 
 
-INTERNAL_ERROR = Refused(500, "internal error")
+INTERNAL_REFUSAL = Refused(500, "internal error")
 NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
 
 
@@ -97,6 +106,21 @@ class Door:
 
     def caller(self, authorization: str | None, method: str) -> Caller:
         return self.authorize(self.authenticate(authorization), method)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, a method the route does not take, a bug), as the
+    door's refusals are."""
+    if not isinstance(exc, HTTPException):
+        return INTERNAL_REFUSAL.response()
+    headers = exc.headers or {}
+    if exc.status_code == 404:
+        detail = "nothing is served at this path"
+    elif exc.status_code == 405 and "Allow" in headers:
+        detail = f"this path takes only {headers['Allow']}"
+    else:
+        detail = exc.detail.lower()
+    return Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()]).response()
 
 
 def header(scope: dict, name: bytes) -> str | None:
@@ -206,7 +230,7 @@ class Admission:
         except Exception:
             if direct:  # as Starlette would (app.http_error), if the response has not started
                 try:
-                    await INTERNAL_ERROR.send(send)
+                    await INTERNAL_REFUSAL.send(send)
                 except Exception:
                     pass  # it had: the server ends the connection
             raise
