@@ -89,13 +89,15 @@ def refusal(response: http.client.HTTPResponse) -> str:
     """One line naming why a non-stream answer refused the request."""
     body = response.read()
     try:
-        error = orjson.loads(body).get("error")
-    except (ValueError, AttributeError):
-        error = None
+        answer = orjson.loads(body)
+    except ValueError:
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    problem = answer.get("detail") if isinstance(answer, dict) else None
     if isinstance(error, dict):  # a JSON-RPC error
         detail = f"error {error.get('code')}: {error.get('message')}"
-    elif isinstance(error, str):  # the door's own refusal
-        detail = error
+    elif isinstance(problem, str):  # the door's own refusal: RFC 9457 problem details
+        detail = problem
     else:
         detail = body.decode("utf-8", "replace").strip().splitlines()[0] if body.strip() else "no body"
     phrase = http.client.responses.get(response.status, response.reason)  # servers may send no reason

@@ -327,6 +327,24 @@ def rpc(port: int, method: str, params: dict | None = None, *, rpc_id=1, **heade
     return status, headers, orjson.loads(body) if body else None
 
 
+# RFC 9110's reason phrases, written out here so the tests do not share the server's table.
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           501: "Not Implemented", 503: "Service Unavailable"}
+
+
+def problem_detail(status: int, headers: dict, body: bytes | dict) -> str:
+    """The `detail` of a door refusal, checked to be exactly the RFC 9457 problem details
+    DECISIONS fixes: content-type application/problem+json, type, title, status, detail."""
+    assert headers["content-type"] == "application/problem+json", headers
+    problem = orjson.loads(body) if isinstance(body, (bytes, str)) else body
+    assert list(problem) == ["type", "title", "status", "detail"], problem
+    assert problem["type"] == "about:blank" and problem["title"] == REASONS[status], problem
+    assert problem["status"] == status and isinstance(problem["detail"], str) and problem["detail"], problem
+    return problem["detail"]
+
+
 def a2a_check(data: str) -> dict:
     """The event's JSON-RPC response; its result parsed by the A2A SDK as a StreamResponse."""
     response = orjson.loads(data)

@@ -10,8 +10,8 @@ from the head: the body is then only drained, never parsed -> 413 (body over
 (not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
 -32009 (A2A-Version) -> the method's own errors. Every JSON-RPC error is one JSON body with
-HTTP 200 (DECISIONS); the door's own refusals carry their HTTP status and a JSON
-`{"error": …}` body, and the ones that leave a request unread (408, 431, 503) also close the
+HTTP 200; the door's own refusals carry their HTTP status and RFC 9457 problem details
+(problem.py), and the ones that leave a request unread (408, 431, 503) also close the
 connection. SECURITY.md says what each limit defends.
 """
 
@@ -47,9 +47,9 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
 from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.worker.card import agent_card, with_own_address
 from gateway.worker.direct import RAW_SEND
-from gateway.worker.door import (CLOSE, NOSNIFF, Admission, Caller, Door, Refused,
-                                 header, header_values, is_json_content_type, nests_deeper,
-                                 respond, respond_bytes, rpc_id_of, rpc_id_problem)
+from gateway.worker.door import (CLOSE, NOSNIFF, RETRY_AFTER, Admission, Caller, Door, Refused,
+                                 header, header_values, http_error, is_json_content_type,
+                                 nests_deeper, respond, respond_bytes, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.streams import Stream, TaskView
 from gateway.worker.watch_page import routes as watch_page_routes
@@ -313,20 +313,13 @@ class AttachmentEndpoint:
                 found = await self.control.call("attachment", task_id=task_id, sha256=sha256, **caller.params())
             except (ConnectionError, RpcError) as exc:  # the sequencer, or (upstream mode) the upstream
                 message = str(exc) if isinstance(exc, RpcError) else "the sequencer is not reachable"
-                await respond(send, 503, orjson.dumps({"error": message}), [(b"retry-after", b"1")])
+                await Refused(503, message, [RETRY_AFTER]).send(send)
                 return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])
             return
         await respond_bytes(send, 200, base64.b64decode(found["data"]),
                             [(b"content-type", found["mediaType"].encode()), NOSNIFF])
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no route, a method the route does not take, a bug) as JSON."""
-    if isinstance(exc, HTTPException):
-        return JSONResponse({"error": exc.detail.lower()}, exc.status_code, exc.headers)
-    return JSONResponse({"error": "internal error"}, 500)
 
 
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters) -> Admission:
@@ -344,7 +337,8 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
                 try:
                     found = await control.call("card")
                 except (RpcError, ConnectionError) as exc:
-                    return JSONResponse({"error": f"the upstream's agent card is not available: {exc}"}, 503)
+                    return Refused(503, f"the upstream's agent card is not available: {exc}",
+                                   [RETRY_AFTER]).response()
                 body = orjson.dumps(with_own_address(found, request.scope, config))
             else:
                 body = orjson.dumps(agent_card(config, request.scope))

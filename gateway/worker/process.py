@@ -18,7 +18,7 @@ from gateway import logs, stall, tls
 from gateway.config import Config, effective_listen_backlog
 from gateway.control import ControlClient
 from gateway.metrics import Counters
-from gateway.worker import h2_backpressure, lean
+from gateway.worker import h2_backpressure, http11_fixes, lean
 from gateway.worker.accept import BALANCE_SLACK
 from gateway.worker.app import create_app
 from gateway.worker.hub import Hub
@@ -48,7 +48,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     hc.keep_alive_timeout = config.header_timeout
     # What h11 buffers of an unfinished head. The app checks the finished head exactly
     # (app.Admission, 431 with a JSON body); this cap, the limit plus each line's framing,
-    # only bounds the memory a head that never finishes can take (431, empty body, closed).
+    # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
     tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
@@ -58,6 +58,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     lean.install()
+    http11_fixes.install()
     h2_backpressure.install()
     ring = Ring.attach(ring_segment)
     counters = Counters.attach(counters_segment, "worker", index)
