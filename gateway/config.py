@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from gateway import tls
 from gateway.control_words import MAX_WORKERS
 
 
@@ -86,6 +87,15 @@ def parse_log_level(text: str) -> str:
     return level
 
 
+def parse_on_off(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().lower()
+    if word not in ("on", "off"):
+        raise ValueError("must be on or off")
+    return word == "on"
+
+
 def parse_url(text: str) -> str:
     text = str(text)
     if not text.startswith(("http://", "https://")):
@@ -146,6 +156,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
            "a worker whose event loop has not turned for this long is killed and replaced "
            "(0: never; a stopped worker, SIGSTOP, is left alone)"),
+    Option("certfile", str, None, "FILE",
+           "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),
+    Option("keyfile", str, None, "FILE", "PEM private key of --certfile"),
+    Option("watch-page", parse_on_off, "on", "on|off", "serve the live watch page at GET /watch"),
 )
 
 
@@ -194,6 +208,9 @@ class Config:
     header_timeout: float
     body_timeout: float
     worker_stall_timeout: float
+    certfile: str | None
+    keyfile: str | None
+    watch_page: bool
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -335,6 +352,9 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             values[opt.attr] = opt.parse(raw)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
+    problem = tls.certificate_problem(values["certfile"], values["keyfile"])
+    if problem is not None:
+        raise ConfigError(problem)
     if values["workers"] is None:
         values["workers"] = min(os.cpu_count() or 1, MAX_WORKERS)
     lifecycle = _section(data, "lifecycle", Lifecycle, {

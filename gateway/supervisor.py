@@ -25,7 +25,7 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import capacity, control_words, exporter, lifeline, logs, metrics, sequencer, stall
+from gateway import capacity, control_words, exporter, lifeline, logs, metrics, sequencer, stall, tls
 from gateway.config import Config
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
@@ -124,7 +124,8 @@ class Supervisor:
             self._start_worker(index)
         host, port = self.listener.getsockname()[:2]
         self.log.info("listening", port=port, backlog=self.config.listen_backlog, workers=self.config.workers)
-        print(f"listening on http://{url_host(host)}:{port}", flush=True)
+        scheme = "https" if tls.enabled(self.config.certfile, self.config.keyfile) else "http"
+        print(f"listening on {scheme}://{url_host(host)}:{port}", flush=True)
         if self.config.metrics_bind is not None:
             parent, child = self.ctx.Pipe(duplex=False)
             mhost, mport = self.config.metrics_bind

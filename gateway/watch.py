@@ -1,11 +1,12 @@
-"""`mur watch [ADDRESS] [--token TOKEN]`: print what a capsule (or a gateway) is doing.
+"""`mur watch [ADDRESS] [--token TOKEN] [--cacert FILE]`: print what a capsule (or a gateway) is doing.
 
 A blocking murmur.WatchSession client over `http.client`, which decodes the chunked body;
 the bytes go to `SSEParser`, each event to `WatchPrinter` (gateway/watch_printer.py says
 what is printed), and every write is flushed at once so the output can be piped.
 
 It sends `A2A-Version: 1.0` and `Last-Event-ID: 0`, so the replay buffer is printed on
-attach, and never reconnects. Exit status:
+attach, and never reconnects. An `https://` address is verified against the system's CAs, or
+only against `--cacert FILE` (a private CA's PEM) when given. Exit status:
 
 - 0: the capsule closed its stream (`capsule-closed`);
 - 1: the connection was lost: `E-IO-003`, naming the last event id read;
@@ -21,6 +22,7 @@ import contextlib
 import http.client
 import io
 import os
+import ssl
 import sys
 from typing import Iterator, TextIO
 from urllib.parse import urlsplit
@@ -57,7 +59,15 @@ def normalized_address(address: str) -> str:
     return (address if "://" in address else f"http://{address}").rstrip("/")
 
 
-def open_connection(address: str) -> http.client.HTTPConnection:
+def tls_context(cacert: str | None) -> ssl.SSLContext:
+    """A verifying client context: the system's CAs, or only those in `cacert`."""
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise Refused(f"--cacert {cacert}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def open_connection(address: str, cacert: str | None = None) -> http.client.HTTPConnection:
     try:
         url = urlsplit(address)
         port = url.port
@@ -65,8 +75,11 @@ def open_connection(address: str) -> http.client.HTTPConnection:
         raise Refused(f"not a valid address: {address}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
         raise Refused(f"not an http:// or https:// address: {address}")
-    connection_class = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    connection = connection_class(url.hostname, port, timeout=CONNECT_TIMEOUT)
+    if url.scheme == "https":
+        connection = http.client.HTTPSConnection(url.hostname, port, timeout=CONNECT_TIMEOUT,
+                                                 context=tls_context(cacert))
+    else:
+        connection = http.client.HTTPConnection(url.hostname, port, timeout=CONNECT_TIMEOUT)
     try:
         connection.connect()
     except OSError as exc:
@@ -78,13 +91,15 @@ def refusal(response: http.client.HTTPResponse) -> str:
     """One line naming why a non-stream answer refused the request."""
     body = response.read()
     try:
-        error = orjson.loads(body).get("error")
-    except (ValueError, AttributeError):
-        error = None
+        answer = orjson.loads(body)
+    except ValueError:
+        answer = None
+    error = answer.get("error") if isinstance(answer, dict) else None
+    problem = answer.get("detail") if isinstance(answer, dict) else None
     if isinstance(error, dict):  # a JSON-RPC error
         detail = f"error {error.get('code')}: {error.get('message')}"
-    elif isinstance(error, str):  # the door's own refusal
-        detail = error
+    elif isinstance(problem, str):  # the door's own refusal: RFC 9457 problem details
+        detail = problem
     else:
         detail = body.decode("utf-8", "replace").strip().splitlines()[0] if body.strip() else "no body"
     phrase = http.client.responses.get(response.status, response.reason)  # servers may send no reason
@@ -129,10 +144,10 @@ def body_chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
         return
 
 
-def watch(address: str, token: str | None, console: Console) -> int:
+def watch(address: str, token: str | None, console: Console, cacert: str | None = None) -> int:
     address = normalized_address(address)
     try:
-        connection = open_connection(address)
+        connection = open_connection(address, cacert)
         with contextlib.closing(connection):
             return print_stream(start_watch(connection, address, token), address, console)
     except Refused as exc:
@@ -161,6 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     watch_command.add_argument("address", nargs="?", default=DEFAULT_ADDRESS,
                                help=f"the capsule's or gateway's address (default {DEFAULT_ADDRESS})")
     watch_command.add_argument("--token", help="bearer token, sent as Authorization: Bearer TOKEN")
+    watch_command.add_argument("--cacert", metavar="FILE",
+                               help="https:// only: trust the CA certificates in FILE (PEM) instead of the system's")
     return parser.parse_args(argv)
 
 
@@ -170,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")  # tool output must never stop the watch
     try:
-        return watch(args.address, args.token, Console(sys.stdout, sys.stderr))
+        return watch(args.address, args.token, Console(sys.stdout, sys.stderr), args.cacert)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -5,16 +5,17 @@ The printer does no I/O. `WatchPrinter.feed` takes one parsed SSE event and retu
 the lines for a connection that ended without `capsule-closed`. It follows the spec's
 table "What `mur watch` implements":
 
-- `statusUpdate`: `[<state>] <label> <message>`, the state in murmur's word; a terminal
-  status as `[<state>] <label>` with no message. `[submitted]` never appears: the opening
-  `task` is ignored.
+- `statusUpdate`: `<label> [<state>] <message>`, the state in murmur's word; a terminal
+  status as `<label> [<state>]` with no message. The label comes first, so each line ends
+  in exactly the spec's shape, `[<state>] <message>` or `[<state>]` alone. `[submitted]`
+  never appears: the opening `task` is ignored.
 - the `response` `artifactUpdate` is held, and printed under its task's `[completed]`
   line, every line indented by two spaces.
 - `text` frames are printed as they arrive, unchanged, except that a run of text that
   starts a line for a task other than the one the previous stdout line was about is
   prefixed with `<label> `: one task's text follows its own status line unlabelled,
   interleaved tasks' text says whose it is. `artifact` frames
-  print `[artifact] <label> <toolName>`, then ` error` when `isError`, ` exit <n>` when
+  print `<label> [artifact] <toolName>`, then ` error` when `isError`, ` exit <n>` when
   `exitCode` is set, then the content indented by two spaces.
 - A status, artifact or warning that follows text which did not end its line starts on a
   new line; so does text of a task other than the one whose text left the line open.
@@ -116,7 +117,7 @@ class WatchPrinter:
         except KeyError:
             return []
         label = self._label(body)
-        line = f"[{word}] {label}"
+        line = f"{label} [{word}]"
         if is_terminal(state):
             response = self._responses.pop(body.get("taskId"), None)
             tail = indented(response) if state == COMPLETED and response else ""
@@ -145,7 +146,7 @@ class WatchPrinter:
 
     def _artifact(self, body: dict, frame: dict) -> list[Write]:
         label = self._label(body)
-        line = f"[artifact] {label} {frame.get('toolName')}"
+        line = f"{label} [artifact] {frame.get('toolName')}"
         if frame.get("isError") is True:
             line += " error"
         if isinstance(frame.get("exitCode"), int):

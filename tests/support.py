@@ -18,6 +18,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import Iterator
 
 import h11
 import orjson
+import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
@@ -78,9 +80,11 @@ class Gateway:
 @contextlib.contextmanager
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
                     tmp_path=None, env: dict | None = None,
-                    nofile: tuple[int, int] | None = None) -> Iterator[Gateway]:
+                    nofile: tuple[int, int] | None = None,
+                    tls: ssl.SSLContext | None = None) -> Iterator[Gateway]:
     """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit.
-    `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under."""
+    `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under; `tls`: the client context that
+    verifies a gateway started with --certfile/--keyfile."""
     stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
     stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
@@ -95,7 +99,7 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
     try:
         port, metrics_port = _read_addresses(proc, metrics)
         gateway = Gateway(proc, port, metrics_port, stderr_path)
-        wait_ready(port)
+        wait_ready(port, tls=tls)
         children = gateway.children()
         yield gateway
     finally:
@@ -119,7 +123,7 @@ def _read_addresses(proc: subprocess.Popen, metrics: bool) -> tuple[int, int | N
                 raise RuntimeError(f"gateway exited with {proc.returncode} before listening")
             continue
         line = proc.stdout.readline().decode()
-        if match := re.match(r"listening on http://[^:]+:(\d+)", line):
+        if match := re.match(r"listening on https?://[^:]+:(\d+)", line):
             port = int(match.group(1))
         elif match := re.match(r"metrics on http://[^:]+:(\d+)/metrics", line):
             metrics_port = int(match.group(1))
@@ -164,11 +168,48 @@ def session_memory(supervisor: int) -> list[str]:
     return left
 
 
-def wait_ready(port: int, timeout: float = START_TIMEOUT) -> None:
+def require_tool(name: str, package: str) -> str:
+    """The path of a tool a test needs: skipped where it is absent, but a failure in CI
+    (CI=true), where .ci/run installs the Debian `package` that holds it."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed; .ci/run installs Debian's {package} package")
+        pytest.skip(f"{name} not installed (Debian package {package}); CI installs it")
+    return path
+
+
+def dockerfile_user() -> tuple[int, int]:
+    """The numeric uid and gid of the Dockerfile's last USER line."""
+    with open(os.path.join(ROOT, "Dockerfile")) as fh:
+        users = [line.split()[1] for line in fh if line.startswith("USER ")]
+    uid, _, gid = users[-1].partition(":")
+    return int(uid), int(gid or uid)
+
+
+def shm_bytes_per_gateway(workers: int) -> int:
+    """What a gateway with `workers` workers allocates in /dev/shm: a real ring and counter
+    segment, created as the supervisor creates them, measured and removed."""
+    from gateway import metrics
+    from shm import Ring
+
+    base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
+    ring = Ring.create(base + "-ring")
+    blocks = metrics.create_blocks(base + "-metrics", workers)
+    try:
+        return sum(os.stat(f"/dev/shm/{name}").st_size for name in (ring.name, blocks.name))
+    finally:
+        ring.close()
+        ring.unlink()
+        blocks.close()
+        blocks.unlink()
+
+
+def wait_ready(port: int, timeout: float = START_TIMEOUT, tls: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            status, _, _ = Http(port).request("GET", "/readyz")
+            status, _, _ = Http(port, tls=tls).request("GET", "/readyz")
             if status == 200:
                 return
         time.sleep(0.05)
@@ -202,14 +243,17 @@ def user_message(text: str, **extra) -> dict:
 
 
 class Http:
-    """One HTTP/1.1 connection over a raw socket, parsed with h11."""
+    """One HTTP/1.1 connection over a raw socket (TLS with `tls`), parsed with h11."""
 
-    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 10.0):
+    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(timeout)
         self.sock.connect(("127.0.0.1", port))
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.conn = h11.Connection(h11.CLIENT)
         self.status: int | None = None
         self.headers: dict[str, str] = {}
@@ -283,6 +327,24 @@ def rpc(port: int, method: str, params: dict | None = None, *, rpc_id=1, **heade
     return status, headers, orjson.loads(body) if body else None
 
 
+# RFC 9110's reason phrases, written out here so the tests do not share the server's table.
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           501: "Not Implemented", 503: "Service Unavailable"}
+
+
+def problem_detail(status: int, headers: dict, body: bytes | dict) -> str:
+    """The `detail` of a door refusal, checked to be exactly the RFC 9457 problem details
+    DECISIONS fixes: content-type application/problem+json, type, title, status, detail."""
+    assert headers["content-type"] == "application/problem+json", headers
+    problem = orjson.loads(body) if isinstance(body, (bytes, str)) else body
+    assert list(problem) == ["type", "title", "status", "detail"], problem
+    assert problem["type"] == "about:blank" and problem["title"] == REASONS[status], problem
+    assert problem["status"] == status and isinstance(problem["detail"], str) and problem["detail"], problem
+    return problem["detail"]
+
+
 def a2a_check(data: str) -> dict:
     """The event's JSON-RPC response; its result parsed by the A2A SDK as a StreamResponse."""
     response = orjson.loads(data)
@@ -300,8 +362,9 @@ class SSEStream:
     """
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
-                 rcvbuf: int | None = None, timeout: float = 10.0, **header_options):
-        self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout)
+                 rcvbuf: int | None = None, timeout: float = 10.0, tls: ssl.SSLContext | None = None,
+                 **header_options):
+        self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls)
         self.http.send_request("GET", "/healthz")
         self.http.read_head()
         self.worker_pid = orjson.loads(self.http.read_body())["pid"]

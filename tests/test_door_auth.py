@@ -15,8 +15,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, describe, headers_for, is_terminal_event, item, rpc,
-                     running_gateway, user_message, wait_for)
+from support import (Http, SSEStream, describe, headers_for, is_terminal_event, item,
+                     problem_detail, rpc, running_gateway, user_message, wait_for)
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
                                        "ops-0d1e2f", "narrow-7a6b5c")
@@ -67,24 +67,25 @@ def reply(task_id: str) -> dict:
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("token", [None, "not-a-token"])
-def test_no_or_unknown_token_is_401_with_a_json_body_before_any_stream(gateway, method, token):
+def test_no_or_unknown_token_is_401_with_problem_details_before_any_stream(gateway, method, token):
     status, headers, body = rpc(gateway.port, method, {}, token=token)
-    assert status == 401 and headers["content-type"] == "application/json"
-    assert headers["www-authenticate"].startswith("Bearer")
-    assert set(body) == {"error"}
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+    assert problem_detail(401, headers, body) == (
+        "this door requires Authorization: Bearer <token>" if token is None
+        else "the bearer token is not valid for this door")
 
 
 def test_401_is_decided_from_the_head_before_the_body_is_read(gateway):
     for body in (b"not json at all", b"{" * 100, b'{"jsonrpc":"2.0","id":1,"method":"NoSuchMethod"}'):
-        status, _, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
-        assert status == 401 and "error" in orjson.loads(answer)
+        status, headers, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
+        assert status == 401 and problem_detail(401, headers, answer)
 
 
 @pytest.mark.parametrize("method", ["murmur.WatchSession", "GetTask", "murmur.StopSession"])
-def test_a_token_without_the_methods_scope_is_403_with_a_json_body(gateway, method):
+def test_a_token_without_the_methods_scope_is_403_with_problem_details(gateway, method):
     status, headers, body = rpc(gateway.port, method, {}, token=NARROW)
-    assert status == 403 and headers["content-type"] == "application/json"
-    assert body == {"error": f"the token does not hold the {method} scope"}
+    assert status == 403
+    assert problem_detail(403, headers, body) == f"the token does not hold the {method} scope"
 
 
 def test_a_scoped_token_reaches_its_method(gateway):
@@ -205,9 +206,9 @@ def test_attachment_rows(gateway, alices_attachment):
         assert hashlib.sha256(body).hexdigest() == sha
     for token in (None, "not-a-token"):
         status, headers, body = get(gateway.port, url, token)
-        assert status == 401 and headers["www-authenticate"].startswith("Bearer") and "error" in orjson.loads(body)
-    status, _, body = get(gateway.port, url, NARROW)
-    assert status == 403 and orjson.loads(body) == {"error": "the token does not hold the GetTask scope"}
+        assert status == 401 and headers["www-authenticate"].startswith("Bearer") and problem_detail(401, headers, body)
+    status, headers, body = get(gateway.port, url, NARROW)
+    assert status == 403 and problem_detail(403, headers, body) == "the token does not hold the GetTask scope"
     unseen = get(gateway.port, url, BOB)
     unknown = get(gateway.port, f"/attachments/{unknown_like(task_id)}/{sha}", BOB)
     assert unseen == unknown and unseen[0] == 404 and unseen[2] == b""
@@ -259,4 +260,4 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     answer = asyncio.run(get())
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "1"
-    assert answer.json() == {"error": "the sequencer is not reachable"}
+    assert problem_detail(503, answer.headers, answer.content) == "the sequencer is not reachable"

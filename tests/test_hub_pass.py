@@ -49,7 +49,7 @@ class FakeSink:
         assert not self.pending, "written while blocked"
         self.writes.append(body)
         self.pending = self.always_blocks or self.block
-        return not self.pending
+        return not self.pending and not self.closed
 
     async def drain(self) -> None:
         self.drains += 1
@@ -246,6 +246,23 @@ def test_a_client_that_leaves_ends_its_stream_without_an_end(ring):
         assert not sink.ended and sink.released and stream.sink is None
         assert bench.counters.total("connections_open")[WATCH_SESSION] == 0
         assert bench.hub.open_streams == 0 and not bench.hub.watchers
+    run(ring, scenario)
+
+
+def test_a_write_that_finds_the_client_gone_ends_the_stream_at_once(ring):
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), watcher()
+        task = await bench.open(stream, sink)
+        original = sink.write
+
+        def write_then_reset(body: bytes) -> bool:
+            sink.closed = True  # what a reset answering the write does to a transport
+            return original(body)
+        sink.write = write_then_reset
+        bench.frames(1)
+        bench.hub.sync()
+        await asyncio.wait_for(task, 10)  # no further write or heartbeat needed
+        assert sink.ids() == [1] and not sink.ended and bench.hub.open_streams == 0
     run(ring, scenario)
 
 

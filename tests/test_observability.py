@@ -1,11 +1,11 @@
-"""Metrics, the Grafana dashboard against a real Prometheus, the Dockerfile, and the logs."""
+"""Metrics, the Grafana dashboard against a real Prometheus, and the logs (the Dockerfile is
+built and run in tests/test_container.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -13,9 +13,8 @@ import urllib.parse
 import urllib.request
 
 import orjson
-import pytest
 
-from support import ROOT, SSEStream, rpc, running_gateway, user_message, wait_for
+from support import ROOT, SSEStream, require_tool, rpc, running_gateway, user_message, wait_for
 
 DASHBOARD = os.path.join(ROOT, "grafana", "dashboards", "murmur-gateway.json")
 DATASOURCE = os.path.join(ROOT, "grafana", "provisioning", "datasources", "prometheus.yaml")
@@ -114,17 +113,8 @@ def test_dashboard_is_provisionable_and_uses_served_metrics(tmp_path):
                 assert name in served, f"{panel['title']}: {name} is not served"
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is not installed; .ci/run installs Debian's prometheus package")
-        pytest.skip(f"{name} not installed (Debian package prometheus); CI installs it")
-    return path
-
-
 def test_promtool_accepts_the_shipped_config():
-    result = subprocess.run([_tool("promtool"), "check", "config", PROMETHEUS_YML],
+    result = subprocess.run([require_tool("promtool", "prometheus"), "check", "config", PROMETHEUS_YML],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -141,7 +131,7 @@ def query(port: int, expr: str) -> dict:
 
 
 def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
-    prometheus = _tool("prometheus")
+    prometheus = require_tool("prometheus", "prometheus")
     with running_gateway("--sim-load", "100", metrics=True, tmp_path=tmp_path) as gw:
         config = tmp_path / "prometheus.yml"
         config.write_text(
@@ -182,21 +172,6 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
                 stream.http.close()
             proc.terminate()
             proc.wait(10)
-
-
-def test_dockerfile_properties():
-    text = open(os.path.join(ROOT, "Dockerfile")).read()
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    froms = [line for line in lines if line.startswith("FROM ")]
-    assert len(froms) >= 2 and all("slim" in line for line in froms)
-    user = [line.split()[1] for line in lines if line.startswith("USER ")]
-    assert user and user[-1] not in ("root", "0")
-    expose = " ".join(line for line in lines if line.startswith("EXPOSE "))
-    assert "52222" in expose and "9464" in expose
-    healthcheck = " ".join(lines[i] + lines[i + 1] for i, line in enumerate(lines) if line.startswith("HEALTHCHECK"))
-    assert "/readyz" in healthcheck
-    assert "MUR_GATEWAY_BIND=0.0.0.0:52222" in text and "MUR_GATEWAY_METRICS_BIND=0.0.0.0:9464" in text
-    assert "--shm-size" in text
 
 
 def test_every_process_logs_json_lines(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import select
 import signal
 import socket
@@ -29,18 +30,18 @@ from support import ROOT, SSEStream, is_terminal_event, rpc, running_gateway, us
 WAIT = 30.0
 HINT = "the capsule may still be running; run mur watch again to reattach\n"
 DEFAULT_TASK_OUTPUT = (
-    "[working] {label} inference turn 1\n"
+    "{label} [working] inference turn 1\n"
     "Let me look at that.\n"
-    "[artifact] {label} bash exit 0\n"
+    "{label} [artifact] bash exit 0\n"
     "  <untrusted-content source=tool:bash>\n"
     "  Exit code: 0\n"
     "  Stdout:\n"
     "  hello\n"
     "\n"
     "  </untrusted-content>\n"
-    "[working] {label} inference turn 2\n"
+    "{label} [working] inference turn 2\n"
     "Done: hello\n"
-    "[completed] {label}\n"
+    "{label} [completed]\n"
     "  Done: hello\n"
 )
 
@@ -143,7 +144,7 @@ def write_config(tmp_path, text: str) -> str:
 def test_default_scenario_prints_exactly_and_capsule_closed_exits_zero(tmp_path):
     with running_gateway(tmp_path=tmp_path) as gateway, mur_watch(address_of(gateway.port)) as mur:
         label = "tsk:" + tail(start_task(gateway.port, "hello")["id"])
-        mur.read_until(f"[completed] {label}\n  Done: hello\n")
+        mur.read_until(f"{label} [completed]\n  Done: hello\n")
         stop_session(gateway.port)
         assert mur.finish() == 0
     assert mur.stdout == DEFAULT_TASK_OUTPUT.format(label=label)
@@ -154,15 +155,15 @@ def test_interleaved_tasks_are_labelled_by_task_in_stateless_mode(tmp_path):
     with running_gateway(tmp_path=tmp_path) as gateway, mur_watch(address_of(gateway.port)) as mur:
         labels = ["tsk:" + tail(start_task(gateway.port, "/scenario slow turns=2 delay=0.2")["id"]) for _ in range(2)]
         for label in labels:
-            mur.read_until(f"[completed] {label}\n  turn 2 done\n")
+            mur.read_until(f"{label} [completed]\n  turn 2 done\n")
         stop_session(gateway.port)
         assert mur.finish() == 0
     for label in labels:
-        mine = [line for line in mur.stdout.splitlines() if line.startswith("[") and f"] {label}" in line]
-        assert mine == [f"[working] {label} inference turn 1", f"[working] {label} inference turn 2",
-                        f"[completed] {label}"]
-    status_lines = [line for line in mur.stdout.splitlines() if line.startswith("[")]
-    assert len(status_lines) == 6  # every status line carries one of the two labels
+        mine = [line for line in mur.stdout.splitlines() if line.startswith(f"{label} [")]
+        assert mine == [f"{label} [working] inference turn 1", f"{label} [working] inference turn 2",
+                        f"{label} [completed]"]
+    status_lines = [line for line in mur.stdout.splitlines() if re.match(r"\S+ \[[a-z-]+\]( |$)", line)]
+    assert len(status_lines) == 6  # every status line carries one of the two labels, first
 
 
 def test_threaded_mode_labels_a_conversation_by_its_context(tmp_path):
@@ -171,7 +172,7 @@ def test_threaded_mode_labels_a_conversation_by_its_context(tmp_path):
             mur_watch(address_of(gateway.port)) as mur:
         first = start_task(gateway.port, "hello")
         label = "ctx:" + tail(first["contextId"])
-        mur.read_until(f"[completed] {label}\n  Done: hello\n")
+        mur.read_until(f"{label} [completed]\n  Done: hello\n")
         start_task(gateway.port, "hello", contextId=first["contextId"])
         mur.read_until(DEFAULT_TASK_OUTPUT.format(label=label) * 2)
         stop_session(gateway.port)
@@ -188,7 +189,7 @@ def test_a_burst_past_the_replay_buffer_before_attaching_warns_of_the_gap(tmp_pa
         first_available = orjson.loads(gap.data)["result"]["message"]["metadata"][STREAM_URI]["firstAvailableId"]
         assert first_available > 1
         with mur_watch(address_of(gateway.port)) as mur:
-            mur.read_until(f"[completed] tsk:{tail(task_id)}\n  burst of 700 frames\n")
+            mur.read_until(f"tsk:{tail(task_id)} [completed]\n  burst of 700 frames\n")
             stop_session(gateway.port)
             assert mur.finish() == 0
     assert mur.stderr == (f"[murmur] warning: replay gap: earlier events are gone; the oldest buffered event is "
@@ -200,7 +201,7 @@ def test_a_burst_past_the_replay_buffer_before_attaching_warns_of_the_gap(tmp_pa
 def test_a_paused_watcher_is_warned_it_lagged(tmp_path):
     with running_gateway(tmp_path=tmp_path) as gateway, mur_watch(address_of(gateway.port)) as mur:
         label = "tsk:" + tail(start_task(gateway.port, "hello")["id"])
-        mur.read_until(f"[completed] {label}\n  Done: hello\n")
+        mur.read_until(f"{label} [completed]\n  Done: hello\n")
         mur.proc.send_signal(signal.SIGSTOP)
         try:
             wait_until_ended(gateway.port, start_task(gateway.port, "/scenario burst n=60000")["id"])
@@ -217,7 +218,7 @@ def test_a_paused_watcher_is_warned_it_lagged(tmp_path):
 def test_a_killed_gateway_is_a_lost_connection_naming_the_last_event_id(tmp_path):
     with running_gateway(tmp_path=tmp_path) as gateway, mur_watch(address_of(gateway.port)) as mur:
         label = "tsk:" + tail(start_task(gateway.port, "hello")["id"])
-        mur.read_until(f"[completed] {label}\n  Done: hello\n")
+        mur.read_until(f"{label} [completed]\n  Done: hello\n")
         with SSEStream(gateway.port, "murmur.WatchSession", last_event_id="0") as raw:
             last_id = raw.read_until(is_terminal_event)[-1].id
         for pid in [gateway.pid, *gateway.children()]:
@@ -357,7 +358,7 @@ def test_unknown_members_frames_keys_and_comments_are_ignored_cleanly():
     with fake_server(STREAM_HEAD + body, hold=True) as server, mur_watch(f"127.0.0.1:{server.port}",
                                                                            "--token", "s3cret") as mur:
         assert mur.finish() == 0
-    assert mur.stdout == f"[working] tsk:{tail(TASK)} inference turn 1\nshown\n"
+    assert mur.stdout == f"tsk:{tail(TASK)} [working] inference turn 1\nshown\n"
     assert mur.stderr == "[murmur] capsule closed\n"
     assert server.request.startswith(b"POST / HTTP/1.1\r\n")
     assert (server.header(b"a2a-version"), server.header(b"last-event-id")) == ("1.0", "0")

@@ -71,13 +71,13 @@ def test_a_default_task_prints_statuses_text_artifact_and_the_response_under_com
         status(COMPLETED, "task completed", event_id=14),
     )
     assert stdout == (
-        "[working] tsk:619591 inference turn 1\n"
+        "tsk:619591 [working] inference turn 1\n"
         "Let me look at that.\n"
-        "[artifact] tsk:619591 bash exit 0\n"
+        "tsk:619591 [artifact] bash exit 0\n"
         "  <fence>\n  hello\n\n  </fence>\n"
-        "[working] tsk:619591 inference turn 2\n"
+        "tsk:619591 [working] inference turn 2\n"
         "Done: hello\n"
-        "[completed] tsk:619591\n"
+        "tsk:619591 [completed]\n"
         "  Done: hello\n  second line\n"
     )
     assert stderr == ""
@@ -87,29 +87,29 @@ def test_a_default_task_prints_statuses_text_artifact_and_the_response_under_com
 def test_a_terminal_status_prints_its_state_alone_and_drops_a_held_response():
     stdout, _, _ = run(status(FAILED, "task failed (driver_error): simulated driver failure"),
                        status(REJECTED, "task rejected: the session ended before this task started", task=TASK_B))
-    assert stdout == "[failed] tsk:619591\n[rejected] tsk:6195a1\n"
+    assert stdout == "tsk:619591 [failed]\ntsk:6195a1 [rejected]\n"
 
 
 def test_input_required_prints_the_prompt():
     stdout, _, _ = run(status(INPUT_REQUIRED, "Which file?"))
-    assert stdout == "[input-required] tsk:619591 Which file?\n"
+    assert stdout == "tsk:619591 [input-required] Which file?\n"
 
 
 def test_a_completed_task_without_a_response_prints_no_indented_block():
-    assert run(status(COMPLETED, "task completed"))[0] == "[completed] tsk:619591\n"
+    assert run(status(COMPLETED, "task completed"))[0] == "tsk:619591 [completed]\n"
 
 
 def test_artifact_lines_name_errors_and_exit_codes():
     stdout, _, _ = run(frame(bash_artifact("refused", exit_code=None, is_error=True, tool="no-such-tool")),
                        frame(bash_artifact("", exit_code=3)))
-    assert stdout == "[artifact] tsk:619591 no-such-tool error\n  refused\n[artifact] tsk:619591 bash exit 3\n"
+    assert stdout == "tsk:619591 [artifact] no-such-tool error\n  refused\ntsk:619591 [artifact] bash exit 3\n"
 
 
 def test_text_that_did_not_end_its_line_is_ended_before_the_next_status():
     stdout, _, _ = run(status(WORKING, "inference turn 1"), text("partial"), status(WORKING, "inference turn 2"),
                        text("whole line\n"), status(WORKING, "inference turn 3"))
-    assert stdout == ("[working] tsk:619591 inference turn 1\npartial\n[working] tsk:619591 inference turn 2\n"
-                      "whole line\n[working] tsk:619591 inference turn 3\n")
+    assert stdout == ("tsk:619591 [working] inference turn 1\npartial\ntsk:619591 [working] inference turn 2\n"
+                      "whole line\ntsk:619591 [working] inference turn 3\n")
 
 
 def test_interleaved_tasks_are_labelled_by_task_in_stateless_mode():
@@ -117,21 +117,21 @@ def test_interleaved_tasks_are_labelled_by_task_in_stateless_mode():
                        status(WORKING, "inference turn 1"), status(WORKING, "inference turn 1", task=TASK_B, ctx=CTX_B),
                        text("a1 ", ), text("b1 ", task=TASK_B, ctx=CTX_B), text("a2"),
                        status(COMPLETED, task=TASK_B, ctx=CTX_B))
-    assert stdout == ("[working] tsk:619591 inference turn 1\n"
-                      "[working] tsk:6195a1 inference turn 1\n"
+    assert stdout == ("tsk:619591 [working] inference turn 1\n"
+                      "tsk:6195a1 [working] inference turn 1\n"
                       "tsk:619591 a1 \n"
                       "tsk:6195a1 b1 \n"
                       "tsk:619591 a2\n"
-                      "[completed] tsk:6195a1\n")
+                      "tsk:6195a1 [completed]\n")
 
 
 def test_threaded_mode_labels_by_context_so_a_conversation_shares_one_label():
     stdout, _, _ = run(THREADED_ACK, status(WORKING, "inference turn 1"), status(COMPLETED),
                        status(WORKING, "inference turn 1", task=TASK_B), text("same thread"),
                        status(WORKING, "inference turn 1", task=TASK_B, ctx=CTX_B))
-    assert stdout == ("[working] ctx:619592 inference turn 1\n[completed] ctx:619592\n"
-                      "[working] ctx:619592 inference turn 1\nsame thread\n"
-                      "[working] ctx:6195a2 inference turn 1\n")
+    assert stdout == ("ctx:619592 [working] inference turn 1\nctx:619592 [completed]\n"
+                      "ctx:619592 [working] inference turn 1\nsame thread\n"
+                      "ctx:6195a2 [working] inference turn 1\n")
 
 
 def test_hidden_events_heartbeats_and_the_opening_task_print_nothing():
@@ -158,7 +158,7 @@ def test_unknown_members_frames_keys_and_non_json_are_ignored():
         event(unknown_key_status, event_id=7),
         frame({**events.text_frame("shown", False), "futureKey": True}),
     )
-    assert stdout == "[working] tsk:619591 inference turn 1\nshown"
+    assert stdout == "tsk:619591 [working] inference turn 1\nshown"
     assert stderr == ""
     assert printer.last_event_id == 7
 

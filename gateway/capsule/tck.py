@@ -31,7 +31,7 @@ from gateway.capsule.messages import UserMessage
 from gateway.protocol import events, ids, states
 
 if TYPE_CHECKING:
-    from gateway.capsule.sim import Attempt
+    from gateway.capsule.attempt import Attempt
 
 PREFIX = "tck-"
 INPUT_PROMPT = "The TCK asks for input"

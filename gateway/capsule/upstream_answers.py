@@ -34,9 +34,12 @@ def relayed(method: str, status: int, payload: bytes) -> object:
                                        "and no JSON-RPC body") from None
     if not isinstance(answer, dict):
         raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no JSON-RPC object")
+    if "error" not in answer and "result" not in answer:  # a door's refusal: RFC 9457 problem details
+        raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: "
+                                       f"{answer.get('detail', answer.get('title'))}")
     if "error" in answer:
         error = answer["error"]
-        if not isinstance(error, dict):  # a door's own refusal: {"error": "..."} with its HTTP status
+        if not isinstance(error, dict):  # an older door's refusal: {"error": "..."}
             raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
         code = error.get("code")
         raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))

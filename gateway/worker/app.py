@@ -10,8 +10,8 @@ from the head: the body is then only drained, never parsed -> 413 (body over
 (not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
 -32009 (A2A-Version) -> the method's own errors. Every JSON-RPC error is one JSON body with
-HTTP 200 (docs/architecture.md); the door's own refusals carry their HTTP status and a JSON
-`{"error": …}` body, and the ones that leave a request unread (408, 431, 503) also close the
+HTTP 200; the door's own refusals carry their HTTP status and RFC 9457 problem details
+(problem.py), and the ones that leave a request unread (408, 431, 503) also close the
 connection. SECURITY.md says what each limit defends.
 """
 
@@ -44,11 +44,12 @@ from gateway.protocol.replay import parse_last_event_id, plan_replay
 from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute, agent_card, with_own_address
 from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
-                                 is_json_content_type, nests_deeper, respond, rpc_id_of,
-                                 rpc_id_problem)
+                                 http_error, is_json_content_type, nests_deeper, respond,
+                                 rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream, TaskView
+from gateway.worker.watch_page import routes as watch_page_routes
 
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
@@ -282,16 +283,10 @@ class RpcEndpoint:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no route, a method the route does not take, a bug) as JSON."""
-    if isinstance(exc, HTTPException):
-        return JSONResponse({"error": exc.detail.lower()}, exc.status_code, exc.headers)
-    return JSONResponse({"error": "internal error"}, 500)
-
-
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters,
                sink_for: SinkFactory) -> Admission:
     rpc = RpcEndpoint(config, hub, control, counters, sink_for)
+
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "serving", "pid": os.getpid()})
@@ -308,6 +303,7 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        *watch_page_routes(config),
     ], exception_handlers={HTTPException: http_error, Exception: http_error})
     app.router.redirect_slashes = False  # a redirect would echo the client's Host header
     return Admission(app, config, counters, rpc=rpc)

@@ -7,13 +7,11 @@ from __future__ import annotations
 import base64
 import re
 
-import orjson
-
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
-from gateway.worker.door import NOSNIFF, Door, Refused, header, respond, respond_bytes
+from gateway.worker.door import NOSNIFF, RETRY_AFTER, Door, Refused, header, respond_bytes
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -39,7 +37,7 @@ class AttachmentEndpoint:
                 found = await self.control.call(Op.ATTACHMENT, task_id=task_id, sha256=sha256, **caller.params())
             except (ConnectionError, RpcError) as exc:  # the sequencer, or (upstream mode) the upstream
                 message = str(exc) if isinstance(exc, RpcError) else "the sequencer is not reachable"
-                await respond(send, 503, orjson.dumps({"error": message}), [(b"retry-after", b"1")])
+                await Refused(503, message, [RETRY_AFTER]).send(send)
                 return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])

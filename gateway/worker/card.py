@@ -10,21 +10,22 @@ import time
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from gateway.config import Config
 from gateway.control import ControlClient, Op
 from gateway.protocol import events
 from gateway.protocol.errors import RpcError
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
-from gateway.worker.door import header
+from gateway.worker.door import RETRY_AFTER, Refused, header
 
 CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
 MAX_CACHED_HOSTS = 64
 
 
 def own_url(config: Config, scope: dict) -> str:
-    return "http://%s/" % (header(scope, b"host") or "%s:%d" % tuple(config.bind))
+    # scope["scheme"] is "https" on a TLS connection (--certfile), whatever the HTTP version
+    return "%s://%s/" % (scope.get("scheme", "http"), header(scope, b"host") or "%s:%d" % tuple(config.bind))
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:
@@ -94,7 +95,7 @@ class CardRoute:
         try:
             found = await self.control.call(Op.CARD)
         except (RpcError, ConnectionError) as exc:
-            return JSONResponse({"error": f"the upstream's agent card is not available: {exc}"}, 503)
+            return Refused(503, f"the upstream's agent card is not available: {exc}", [RETRY_AFTER]).response()
         return orjson.dumps(with_own_address(found, request.scope, self.config))
 
     async def respond(self, request: Request) -> Response:

@@ -12,28 +12,45 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 RETRY_AFTER_SECONDS = 1
-INTERNAL_ERROR_BODY = orjson.dumps({"error": "internal error"})
+RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 
 
 class Refused(Exception):
-    """A door refusal with its own HTTP status and JSON body."""
+    """A door refusal: its HTTP status, and problem details (problem.py) saying why."""
 
     def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, list(headers)
 
-    async def send(self, send) -> None:
-        await respond(send, self.status, orjson.dumps({"error": self.message}), self.headers)
+    @property
+    def body(self) -> bytes:
+        return problem_body(self.status, self.message)
+
+    def response(self) -> Response:
+        """The same refusal as a Starlette response, for a route's handler."""
+        return Response(self.body, self.status, {k.decode(): v.decode() for k, v in self.headers},
+                        media_type=PROBLEM_TYPE)
+
+    async def send(self, send, asgi: str = "") -> None:
+        """`asgi` "websocket." refuses a WebSocket handshake (ASGI's denial response)."""
+        await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers], asgi)
+
+
+INTERNAL_REFUSAL = Refused(500, "internal error")
+NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
 
 
 class Caller:
@@ -90,6 +107,21 @@ class Door:
         return self.authorize(self.authenticate(authorization), method)
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, a method the route does not take, a bug), as the
+    door's refusals are."""
+    if not isinstance(exc, HTTPException):
+        return INTERNAL_REFUSAL.response()
+    headers = exc.headers or {}
+    if exc.status_code == 404:
+        detail = "nothing is served at this path"
+    elif exc.status_code == 405 and "Allow" in headers:
+        detail = f"this path takes only {headers['Allow']}"
+    else:
+        detail = exc.detail.lower()
+    return Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()]).response()
+
+
 def header(scope: dict, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key.lower() == name:
@@ -113,10 +145,11 @@ async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, byt
     await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
 
 
-async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    await send({"type": "http.response.start", "status": status,
+async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),
+                        asgi: str = "") -> None:
+    await send({"type": f"{asgi}http.response.start", "status": status,
                 "headers": [(b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{asgi}http.response.body", "body": body})
 
 
 def rpc_id_problem(rpc_id: object, max_chars: int) -> str | None:
@@ -152,8 +185,8 @@ def nests_deeper(value: object, limit: int) -> bool:
 
 class Admission:
     """What every request passes before any route: the worker's open-request limit and the head
-    limits. the server bounds what it buffers of an unfinished head (hypercorn/serving.py); this checks
-    the finished head, so a refusal can carry a JSON body."""
+    limits. The server bounds what it buffers of an unfinished head (hypercorn/serving.py);
+    this checks the finished head, so a refusal can say which limit it was."""
 
     def __init__(self, app, config: Config, counters: Counters, rpc=None):
         self.app, self.config, self.counters = app, config, counters
@@ -172,10 +205,14 @@ class Admission:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
         if self.open >= self.config.max_connections:
             return Refused(503, "this worker is serving as many requests as it may; retry shortly",
-                           [(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
+                           [RETRY_AFTER, CLOSE])
         return None
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            self.counters.add("requests_refused")
+            await NO_WEBSOCKET.send(send, "websocket.")
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -189,9 +226,9 @@ class Admission:
         try:
             await (self.rpc if to_rpc else self.app)(scope, receive, send)
         except Exception:
-            if to_rpc:  # as Starlette would: a JSON 500 (app.http_error) if the response has not started
+            if to_rpc:  # as Starlette would (http_error), if the response has not started
                 try:
-                    await respond(send, 500, INTERNAL_ERROR_BODY)
+                    await INTERNAL_REFUSAL.send(send)
                 except Exception:
                     pass  # it had: the server ends the connection
             raise

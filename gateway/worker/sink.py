@@ -24,7 +24,7 @@ class Sink(Protocol):
 
     def write(self, body: bytes) -> bool:
         """Take `body` (one SSE chunk of the stream). True: accepted, more may follow now;
-        False: taken, but the sink is blocked until `drain`."""
+        False: taken, but the sink is blocked until `drain`, or closed."""
 
     async def drain(self) -> None:
         """Until what was written has left or the sink is closed; never raises."""

@@ -45,8 +45,9 @@ class BurstServer:
     (`close`, `wait_closed`) and a little of asyncio.Server's surface."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int,
-                 busier=None):
+                 busier=None, tls: dict | None = None):
         self._loop, self._factory, self._sock = loop, protocol_factory, sock
+        self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/tls.py)
         self._fd = sock.fileno()
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
@@ -94,7 +95,7 @@ class BurstServer:
 
     async def _connect(self, conn: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn)
+            await self._loop.connect_accepted_socket(self._factory, conn, **self._tls)
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
             conn.close()
@@ -127,9 +128,10 @@ class Loop(uvloop.Loop):
     busier = None
 
     async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
-                            ssl=None, **kwargs):
-        if (sock is None or ssl is not None or kwargs or sock.type != socket.SOCK_STREAM
+                            ssl=None, ssl_handshake_timeout=None, **kwargs):
+        if (sock is None or kwargs or sock.type != socket.SOCK_STREAM
                 or sock.family not in (socket.AF_INET, socket.AF_INET6)):
-            return await super().create_server(protocol_factory, host, port, sock=sock, backlog=backlog,
-                                               ssl=ssl, **kwargs)
-        return BurstServer(self, protocol_factory, sock, backlog, self.busier)
+            return await super().create_server(protocol_factory, host, port, sock=sock, backlog=backlog, ssl=ssl,
+                                               ssl_handshake_timeout=ssl_handshake_timeout, **kwargs)
+        tls = None if ssl is None else {"ssl": ssl, "ssl_handshake_timeout": ssl_handshake_timeout}
+        return BurstServer(self, protocol_factory, sock, backlog, self.busier, tls)

@@ -52,9 +52,11 @@ class DirectSink(AsgiSink):
         return self.transport.get_write_buffer_size() > self.high_water
 
     def write(self, body: bytes) -> bool:
+        """False past the high-water mark, and when the write failed (the peer reset: a client
+        that only sent a FIN is found gone here, at the next write)."""
         transport = self.transport
         transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return transport.get_write_buffer_size() <= self.high_water
+        return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     async def drain(self) -> None:
         try:

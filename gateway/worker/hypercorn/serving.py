@@ -1,10 +1,11 @@
 """hypercorn under uvloop on the inherited listening socket, and what of its internals we use.
 
 `prepare` checks the internals this package follows (`internals_problem`): on the pinned
-hypercorn it installs lean.py's bookkeeping and answers the sink factory that finds the
-direct sink; on anything else it patches nothing, logs one warning, and every stream gets
-the plain ASGI sink, slower but correct. `run` is uvloop with accept.py's burst-accepting
-loop; `serve` is hypercorn's own serve with the gateway's settings.
+hypercorn it installs lean.py's bookkeeping, http11_fixes.py and h2_backpressure.py, and
+answers the sink factory that finds the direct sink; on anything else it patches nothing,
+logs one warning, and every stream gets the plain ASGI sink: slower, and without those
+fixes, but serving. `run` is uvloop with accept.py's burst-accepting loop; `serve` is
+hypercorn's own serve with the gateway's settings (TLS too: gateway/tls.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import uvloop
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs
+from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
-from gateway.worker.hypercorn import accept, lean
+from gateway.worker.hypercorn import accept, h2_backpressure, http11_fixes, lean
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
 
@@ -40,10 +41,14 @@ def internals_problem() -> str | None:
     import h11
     from h11 import _writers
     from hypercorn.asyncio import task_group, worker_context
+    from hypercorn.protocol import h2, h11 as hc_h11
 
     expected = [(task_group.TaskGroup, "spawn_app"), (task_group, "_handle"),
                 (worker_context.WorkerContext, "event_class"), (_writers, "ChunkedWriter"),
-                (worker_context.EventWrapper, "__init__")]
+                (worker_context.EventWrapper, "__init__"), (h2.StreamBuffer, "pop"),
+                (h2, "BUFFER_LOW_WATER"), *((hc_h11.H11Protocol, name) for name in (
+                    "handle", "_send_h11_event", "_maybe_recycle", "_send_error_response",
+                    "_close_stream"))]
     missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in expected
                if not hasattr(owner, name)]
     if "_writer" not in h11.Connection.__init__.__code__.co_names:
@@ -58,6 +63,8 @@ def prepare() -> Callable:
         log.warning("streams use plain ASGI sends", reason=problem)
         return AsgiSink
     lean.install()
+    http11_fixes.install()
+    h2_backpressure.install()
     return sink_for
 
 
@@ -79,9 +86,10 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     hc.keep_alive_timeout = config.header_timeout
     # What h11 buffers of an unfinished head. The app checks the finished head exactly
     # (door.Admission, 431 with a JSON body); this cap, the limit plus each line's framing,
-    # only bounds the memory a head that never finishes can take (431, empty body, closed).
+    # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
     return hc
 
 

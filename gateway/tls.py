@@ -1,0 +1,56 @@
+"""HTTPS on the door: --certfile and --keyfile.
+
+With both set, every worker's hypercorn serves TLS on the shared listening socket and offers
+ALPN `h2` and `http/1.1`: a client that picks `h2` gets HTTP/2 (hypercorn's h2 path; the
+direct sink of gateway/worker/hypercorn/direct.py then stays out of the way and streams use
+the ASGI sink), any other gets HTTP/1.1. The burst accept loop
+(gateway/worker/hypercorn/accept.py) wraps each accepted socket in TLS itself, so a TLS door
+still drains a reconnect storm.
+
+The pair is checked once, at start, by loading it into a context exactly as hypercorn will:
+a missing, unreadable or mismatched file stops the gateway with one line (exit 2) instead of
+every worker failing on its own.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+ALPN_PROTOCOLS = ["h2", "http/1.1"]
+
+
+def certificate_problem(certfile: str | None, keyfile: str | None) -> str | None:
+    """Why the pair cannot serve HTTPS (one line), or None: both unset, or both good."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        given, missing = ("--certfile", "--keyfile") if keyfile is None else ("--keyfile", "--certfile")
+        return f"{given} needs {missing} too: HTTPS takes a certificate and its private key"
+    for option, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            return f"{option} {path}: {exc.strerror or exc}"
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except ssl.SSLError as exc:
+        return f"--certfile {certfile} / --keyfile {keyfile}: not a usable PEM certificate and key ({exc.reason or exc})"
+    except ValueError as exc:  # e.g. an encrypted key: the gateway takes no password
+        return f"--keyfile {keyfile}: {exc}"
+    return None
+
+
+def enabled(certfile: str | None, keyfile: str | None) -> bool:
+    return certfile is not None and keyfile is not None
+
+
+def configure(hypercorn_config, certfile: str | None, keyfile: str | None, handshake_timeout: float) -> None:
+    """Have hypercorn serve TLS with ALPN h2 + http/1.1; a handshake not done within
+    `handshake_timeout` (--header-timeout) drops the connection."""
+    if not enabled(certfile, keyfile):
+        return
+    hypercorn_config.certfile = certfile
+    hypercorn_config.keyfile = keyfile
+    hypercorn_config.alpn_protocols = list(ALPN_PROTOCOLS)
+    hypercorn_config.ssl_handshake_timeout = handshake_timeout

@@ -1,0 +1,109 @@
+"""Three HTTP/1.1 behaviours hypercorn's h11 path lacks, put right in one place.
+
+- **The status line's reason phrase.** hypercorn builds each `h11.Response` without one, so
+  the line is `HTTP/1.1 200 `; the protocol's listing shows `HTTP/1.1 200 OK`. Every response
+  and informational response now carries RFC 9110's phrase (problem.py). hypercorn's own
+  error answers (a malformed request 400, a head past its buffer 431) get the door's problem
+  details instead of an empty body, so every refusal reads alike.
+- **An event stream's end is the connection's end.** The protocol says "the body ends when
+  the connection closes", and a reader may wait for EOF. A `text/event-stream` response
+  keeps `connection: keep-alive` on its head (the spec's head), writes its terminating
+  chunk, and then the connection closes instead of waiting for another request.
+- **A half-closed client gets its whole answer.** A client that sends its request and shuts
+  its write side (`shutdown(SHUT_WR)`) is still reading. hypercorn took that EOF for a
+  disconnect: a stream ended after its first bytes, and an idle connection lingered in
+  CLOSE-WAIT until the header timeout. Now an EOF after a whole request lets the answer
+  run to its end, then closes; an EOF on an idle connection closes it at once. A client that
+  is really gone is still seen: a write to it fails, and hypercorn's own `Closed` follows.
+
+hypercorn is pinned (pyproject.toml): serving.py installs these only on that version, after
+checking the internals they follow.
+"""
+
+from __future__ import annotations
+
+import h11
+from hypercorn.events import Closed
+from hypercorn.protocol.h11 import H11Protocol
+
+from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
+
+EVENT_STREAM = b"text/event-stream"
+HYPERCORN_ERROR_DETAIL = {400: "the request is not well-formed HTTP/1.1",
+                          431: "the request head is larger than this door buffers",
+                          501: "the request's transfer-encoding is not supported"}
+_original_handle = H11Protocol.handle
+_original_send_h11_event = H11Protocol._send_h11_event
+_original_maybe_recycle = H11Protocol._maybe_recycle
+
+
+def _with_reason(event):
+    if isinstance(event, (h11.Response, h11.InformationalResponse)) and not event.reason:
+        return type(event)(status_code=event.status_code, headers=event.headers.raw_items(),
+                           http_version=event.http_version,
+                           reason=reason_phrase(event.status_code).encode())
+    return event
+
+
+def _is_event_stream(event) -> bool:
+    return isinstance(event, h11.Response) and any(
+        name == b"content-type" and value.split(b";")[0].strip() == EVENT_STREAM
+        for name, value in event.headers)
+
+
+async def send_h11_event(self: H11Protocol, event) -> None:
+    if _is_event_stream(event):
+        self.murgw_close_after = True
+    await _original_send_h11_event(self, _with_reason(event))
+
+
+async def maybe_recycle(self: H11Protocol) -> None:
+    """After an event stream, or once the client sent EOF, close rather than wait for more."""
+    if getattr(self, "murgw_close_after", False) or self.connection.trailing_data[1]:
+        await self._close_stream()
+        await self.can_read.set()
+        await self.send(Closed())
+        return
+    await _original_maybe_recycle(self)
+
+
+def _peer_sent_eof(self: H11Protocol) -> bool:
+    """Whether the client shut its write side cleanly. h11 learns of an EOF only from an empty
+    read, which hypercorn never makes when the EOF came with the request's last bytes, so the
+    server's reader is asked too (a reset is not an EOF there: it is an exception)."""
+    if not self.connection.trailing_data[1]:
+        reader = getattr(getattr(self.send, "__self__", None), "reader", None)
+        if reader is None or not reader.at_eof():
+            return False
+        self.connection.receive_data(b"")
+    return True
+
+
+async def handle(self: H11Protocol, event) -> None:
+    """hypercorn sends `Closed` when the read side ends; a clean EOF after a whole request is
+    a half-close: the answer runs on, and `maybe_recycle` closes after it."""
+    if isinstance(event, Closed) and not getattr(self, "murgw_eof_taken", False) and _peer_sent_eof(self):
+        self.murgw_eof_taken = True
+        if self.stream is None:  # idle: nothing left to answer
+            await self.send(Closed())
+            return
+        if self.connection.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):  # the request is whole
+            return
+    await _original_handle(self, event)
+
+
+async def send_error_response(self: H11Protocol, status_code: int) -> None:
+    body = problem_body(status_code, HYPERCORN_ERROR_DETAIL.get(status_code, reason_phrase(status_code).lower()))
+    await self._send_h11_event(h11.Response(status_code=status_code, headers=[
+        *PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
+        *self.config.response_headers("h11")]))
+    await self._send_h11_event(h11.Data(data=body))
+    await self._send_h11_event(h11.EndOfMessage())
+
+
+def install() -> None:
+    """Patch hypercorn's HTTP/1.1 protocol (this process only; serving.py checks the version)."""
+    H11Protocol.handle = handle
+    H11Protocol._send_h11_event = send_h11_event
+    H11Protocol._maybe_recycle = maybe_recycle
+    H11Protocol._send_error_response = send_error_response

@@ -1,0 +1,166 @@
+"""deploy/kubernetes/ agrees with the gateway itself.
+
+The manifests are read as YAML and checked against the code, not against copies of its
+numbers: every MUR_GATEWAY_* variable and flag they set is an option the gateway knows and
+parses; the container ports are the ones the settings bind; the probe paths answer on a
+real gateway; /dev/shm holds what a real supervisor allocates; the user is the Dockerfile's;
+the grace period outlasts the supervisor's drain.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from gateway import config as config_module
+from gateway import supervisor
+from support import ROOT, Http, dockerfile_user, running_gateway, shm_bytes_per_gateway
+
+KUBE = os.path.join(ROOT, "deploy", "kubernetes")
+UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 10**3, "M": 10**6, "G": 10**9}
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def documents() -> dict[str, dict]:
+    """kind -> manifest, over every YAML file in deploy/kubernetes/."""
+    docs = {}
+    for path in sorted(glob.glob(os.path.join(KUBE, "*.yaml"))):
+        with open(path) as fh:
+            for doc in yaml.safe_load_all(fh):
+                docs.setdefault(doc["kind"], doc)
+    return docs
+
+
+def quantity(text) -> int:
+    number, unit = re.fullmatch(r"(\d+)([A-Za-z]*)", str(text)).groups()
+    return int(number) * UNITS[unit]
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict[str, dict]:
+    return documents()
+
+
+@pytest.fixture(scope="module")
+def pod(docs) -> dict:
+    return docs["Deployment"]["spec"]["template"]["spec"]
+
+
+@pytest.fixture(scope="module")
+def container(pod) -> dict:
+    (gateway,) = pod["containers"]
+    return gateway
+
+
+def plain_env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def test_kustomization_lists_files_that_exist(docs):
+    with open(os.path.join(KUBE, "kustomization.yaml")) as fh:
+        resources = yaml.safe_load(fh)["resources"]
+    assert {"Deployment", "Service", "PodDisruptionBudget"} <= {
+        yaml.safe_load(open(os.path.join(KUBE, name)))["kind"] for name in resources}
+
+
+def test_every_setting_exists_and_parses(container):
+    known_env = {opt.env for opt in config_module.OPTIONS} | {"MUR_GATEWAY_CONFIG"}
+    known_flags = {"--" + opt.name for opt in config_module.OPTIONS} | {"--config"}
+    names = [e["name"] for e in container.get("env", [])]
+    assert [n for n in names if n.startswith("MUR_GATEWAY_") and n not in known_env] == []
+    args = list(container.get("args", [])) + list(container.get("command", []))
+    assert [a for a in args if a.startswith("--") and a.split("=")[0] not in known_flags] == []
+    loaded = config_module.load(args, plain_env(container))  # raises ConfigError on a bad value
+    assert loaded.upstream is not None  # replicas run in upstream mode
+    assert loaded.workers == quantity(container["resources"]["requests"]["cpu"])
+
+
+def test_ports_match_what_the_gateway_binds_and_the_service_targets(docs, container):
+    loaded = config_module.load([], plain_env(container))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": loaded.bind[1], "metrics": loaded.metrics_bind[1]}
+    assert loaded.bind[0] == loaded.metrics_bind[0] == "0.0.0.0"  # reachable from the pod network
+    with open(os.path.join(ROOT, "Dockerfile")) as fh:
+        exposed = {int(p) for line in fh if line.startswith("EXPOSE ") for p in line.split()[1:]}
+    assert exposed == set(ports.values())
+    service = docs["Service"]["spec"]
+    assert {p["targetPort"] for p in service["ports"]} == set(ports)
+    assert service.get("sessionAffinity", "None") == "None"
+    template = docs["Deployment"]["spec"]["template"]["metadata"]
+    assert template["annotations"]["prometheus.io/port"] == str(ports["metrics"])
+    assert template["annotations"]["prometheus.io/path"] == "/metrics"
+    monitor = docs["ServiceMonitor"]["spec"]["endpoints"]
+    assert [(e["port"], e["path"]) for e in monitor] == [("metrics", "/metrics")]
+    labels = docs["Deployment"]["spec"]["selector"]["matchLabels"]
+    for kind in ("Service", "PodDisruptionBudget", "ServiceMonitor"):
+        spec = docs[kind]["spec"]
+        assert (spec["selector"].get("matchLabels") or spec["selector"]) == labels, kind
+    assert template["labels"].items() >= labels.items()
+
+
+def test_probe_paths_answer_on_a_real_gateway(container, tmp_path):
+    probes = {name: container[name]["httpGet"] for name in PROBES}
+    assert probes["readinessProbe"]["path"] == "/readyz" and probes["livenessProbe"]["path"] == "/healthz"
+    assert {p["port"] for p in probes.values()} == {"http"}
+    with running_gateway(tmp_path=tmp_path) as gw:
+        for name, probe in probes.items():
+            status, _, _ = Http(gw.port).request("GET", probe["path"])
+            assert status == 200, name
+
+
+def test_shm_holds_what_the_supervisor_allocates(pod, container):
+    workers = config_module.load([], plain_env(container)).workers
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "shm"]
+    assert shm["emptyDir"]["medium"] == "Memory"
+    needed = shm_bytes_per_gateway(workers)
+    assert quantity(shm["emptyDir"]["sizeLimit"]) >= needed * 1.25  # headroom
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/dev/shm"] == "shm"
+    # tmpfs pages count against the memory limit: the ring must fit beside the processes
+    limits = container["resources"]["limits"]
+    assert quantity(limits["memory"]) > quantity(shm["emptyDir"]["sizeLimit"]) + needed
+    assert quantity(container["resources"]["requests"]["memory"]) <= quantity(limits["memory"])
+
+
+def test_read_only_root_leaves_the_control_socket_a_writable_tmp(pod, container):
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    # the control socket lives in tempfile.gettempdir(); TMPDIR is not changed here
+    assert "TMPDIR" not in plain_env(container) and mounts["/tmp"] in {v["name"] for v in pod["volumes"]}
+
+
+def test_user_is_the_dockerfiles_and_not_root(pod, container):
+    uid, gid = dockerfile_user()
+    security = pod["securityContext"]
+    assert (security["runAsUser"], security["runAsGroup"]) == (uid, gid)
+    assert security["runAsNonRoot"] is True and uid != 0
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_grace_period_outlasts_the_drain(docs, pod, container):
+    workers = config_module.load([], plain_env(container)).workers
+    pause = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pause[0] == "sleep"
+    # supervisor.drain: DRAIN_SECONDS for the workers, then up to 0.5 s for each of the
+    # sequencer and the exporter, then a kill and up to 1 s for every process left
+    drain = supervisor.DRAIN_SECONDS + 2 * 0.5 + (workers + 2) * 1.0
+    assert pod["terminationGracePeriodSeconds"] > float(pause[1]) + drain
+    deployment = docs["Deployment"]["spec"]
+    assert deployment["replicas"] >= 2
+    assert docs["PodDisruptionBudget"]["spec"]["maxUnavailable"] < deployment["replicas"]
+
+
+def test_kustomize_renders_the_kit():
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed (it renders the kustomization; the checks above need only YAML)")
+    rendered = subprocess.run([kubectl, "kustomize", KUBE], capture_output=True, text=True, timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(rendered.stdout))
+    assert kinds == ["Deployment", "PodDisruptionBudget", "Service"]

@@ -1,0 +1,236 @@
+"""HTTP/2 over TLS (ALPN h2): every stream endpoint delivers the same `id:` and `data:` bytes as
+over HTTP/1.1; heartbeats, lag and replay behave the same; many streams share one connection.
+HTTP/2 takes the ASGI path (direct.find answers None there): a direct body would write
+HTTP/1.1 chunk framing into the HTTP/2 connection and break every check below."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvloop
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from gateway import tls
+from gateway.worker.hypercorn import direct
+from support import (SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message,
+                     wait_for)
+from tls_support import Certificates, H2Connection, accounted, lagged_frames
+
+WATCH = "murmur.WatchSession"
+LIVE = str(2**40)  # a Last-Event-ID past head: live events only, no replay
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return Certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def gateway(certs):
+    with running_gateway(*certs.args, tls=certs.client_context(), workers=1) as gw:
+        yield gw
+
+
+def send(gw, certs, text: str) -> str:
+    with httpx.Client(http2=True, verify=certs.client_context()) as client:
+        answer = client.post(f"https://127.0.0.1:{gw.port}/", headers={"A2A-Version": "1.0"},
+                             json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": user_message(text)})
+    assert answer.http_version == "HTTP/2"
+    return answer.json()["result"]["task"]["id"]
+
+
+def numbered(events, task_id: str | None = None) -> list[tuple[int, str]]:
+    return [(e.id, e.data) for e in events if e.id is not None and (task_id is None or task_id_of(e) == task_id)]
+
+
+def until_terminal(h2: H2Connection, stream, task_id: str | None = None) -> None:
+    def done():
+        return stream.ended or any(e.data and is_terminal_event(e) and (task_id is None or task_id_of(e) == task_id)
+                                   for e in stream.events)
+    h2.pump_until(done, "terminal status")
+
+
+def test_watch_session_same_bytes_as_http1(gateway, certs):
+    h2 = H2Connection(gateway.port, certs.client_context())
+    h1 = SSEStream(gateway.port, WATCH, {}, last_event_id=LIVE, tls=certs.client_context(["http/1.1"]))
+    try:
+        stream = h2.post(WATCH, {}, last_event_id=LIVE)
+        h2.pump_until(lambda: stream.events, "connection-ack")
+        assert stream.status == 200 and stream.headers[b"content-type"] == b"text/event-stream"
+        assert b"connection" not in stream.headers  # HTTP/2 has no connection-specific headers
+        assert describe(h1.next()) == describe(stream.events[0]) == "connection-ack"
+        task_id = send(gateway, certs, "hello")
+        until_terminal(h2, stream, task_id)
+        h1_events = h1.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))
+        assert numbered(stream.events, task_id) == numbered(h1_events, task_id)
+        assert [describe(e) for e in stream.events if task_id_of(e) == task_id][-1].startswith("completed")
+    finally:
+        h1.close()
+        h2.close()
+
+
+def test_send_streaming_and_subscribe_same_bytes_as_http1(gateway, certs):
+    h2 = H2Connection(gateway.port, certs.client_context())
+    try:
+        ssm = h2.post("SendStreamingMessage", user_message("/scenario slow turns=3 delay=0.2"), activate=True)
+        h2.pump_until(lambda: ssm.events, "opening task")
+        task_id = item(ssm.events[0]).body["id"]
+        sub2 = h2.post("SubscribeToTask", {"id": task_id}, activate=True, last_event_id="0")
+        with SSEStream(gateway.port, "SubscribeToTask", {"id": task_id}, activate=True, last_event_id="0",
+                       tls=certs.client_context(["http/1.1"])) as sub1:
+            h1_events = sub1.read_until(is_terminal_event)
+        until_terminal(h2, sub2)
+        until_terminal(h2, ssm)
+        h2.pump_until(lambda: ssm.ended and sub2.ended, "the ends of both streams")
+        assert numbered(sub2.events) == numbered(h1_events)
+        # the SendStreamingMessage stream saw them live: the same events, each byte the same
+        assert numbered(ssm.events) == numbered(h1_events)[-len(numbered(ssm.events)):]
+        assert describe(ssm.events[-1]).startswith("completed")
+    finally:
+        h2.close()
+
+
+def test_many_streams_share_one_connection(gateway, certs):
+    h2 = H2Connection(gateway.port, certs.client_context())
+    try:
+        streams = [h2.post(WATCH, {}, last_event_id=LIVE, rpc_id=7) for _ in range(40)]
+        h2.pump_until(lambda: all(s.events for s in streams), "every connection-ack")
+        task_id = send(gateway, certs, "hello")
+        for stream in streams:
+            until_terminal(h2, stream, task_id)
+        expected = numbered(streams[0].events, task_id)
+        assert expected and all(numbered(s.events, task_id) == expected for s in streams)
+        assert len({s.id for s in streams}) == 40
+    finally:
+        h2.close()
+
+
+def test_httpx_http2_client_streams(gateway, certs):
+    """httpx's own HTTP/2 client: one pooled connection, a watch stream and a request beside it."""
+    with httpx.Client(http2=True, verify=certs.client_context()) as client:
+        with client.stream("POST", f"https://127.0.0.1:{gateway.port}/", headers={
+                "A2A-Version": "1.0", "Last-Event-ID": LIVE, "Content-Type": "application/json"},
+                content=b'{"jsonrpc":"2.0","id":1,"method":"murmur.WatchSession","params":{}}') as answer:
+            assert answer.http_version == "HTTP/2" and answer.status_code == 200
+            lines = answer.iter_lines()
+            assert '"connection-ack"' in next(lines)
+            task = client.post(f"https://127.0.0.1:{gateway.port}/", headers={"A2A-Version": "1.0"}, json={
+                "jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": user_message("hello")}).json()
+            task_id = task["result"]["task"]["id"]
+            for line in lines:
+                if task_id in line and "TASK_STATE_COMPLETED" in line:
+                    break
+            else:
+                raise AssertionError("the stream ended before the task completed")
+
+
+def test_heartbeats_keep_cadence_over_http2(gateway, certs):
+    h2 = H2Connection(gateway.port, certs.client_context())
+    try:
+        stream = h2.post(WATCH, {}, last_event_id=LIVE)
+        h2.pump_until(lambda: stream.events, "connection-ack")
+        opened = time.monotonic()
+        send(gateway, certs, "/scenario slow turns=8 delay=0.1")
+        beats: list[float] = []
+        seen = 1
+        while len(beats) < 4:
+            h2.pump()
+            for event in stream.events[seen:]:
+                if event.data is None:
+                    assert event.comments == ("heartbeat",)
+                    beats.append(time.monotonic() - opened)
+            seen = len(stream.events)
+    finally:
+        h2.close()
+    # as over HTTP/1.1 (test_gateway_watch): each heartbeat in its own period, however many events came
+    assert [round(b / 0.3) for b in beats[:4]] == [1, 2, 3, 4]
+
+
+def test_replay_over_http2_is_the_http1_replay(gateway, certs):
+    task_id = send(gateway, certs, "hello")
+    with SSEStream(gateway.port, "SubscribeToTask", {"id": task_id}, tls=certs.client_context()) as sub:
+        sub.read_until(is_terminal_event)
+    with SSEStream(gateway.port, WATCH, {}, last_event_id="0", tls=certs.client_context(["http/1.1"])) as h1:
+        h1_events = h1.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))
+    h2 = H2Connection(gateway.port, certs.client_context())
+    try:
+        stream = h2.post(WATCH, {}, last_event_id="0")
+        until_terminal(h2, stream, task_id)
+    finally:
+        h2.close()
+    replayed = numbered(stream.events)
+    assert replayed[:len(numbered(h1_events))] == numbered(h1_events)
+
+
+def test_stalled_http2_stream_lags_while_its_neighbour_goes_on(certs, tmp_path):
+    """One connection, two watch streams; one's flow-control window is held shut (a reader that
+    stopped reading): it lags and stays open, and the other stream on the same connection reaches
+    the end while the first is still stalled."""
+    with running_gateway(*certs.args, tls=certs.client_context(), workers=1, tmp_path=tmp_path) as gw:
+        h2 = H2Connection(gw.port, certs.client_context())
+        try:
+            slow = h2.post(WATCH, {}, last_event_id=LIVE, wide=False)
+            fast = h2.post(WATCH, {}, last_event_id=LIVE)
+            h2.pump_until(lambda: slow.events and fast.events, "connection-acks")
+            h2.stall(slow)
+            task_id = send(gw, certs, "/scenario burst n=3000")
+            until_terminal(h2, fast, task_id)  # while its neighbour's window is still shut
+            h2.stall(slow, False)
+            until_terminal(h2, slow, task_id)
+            assert not slow.ended and not fast.ended
+        finally:
+            h2.close()
+        # The neighbour has every event, or (a client this slow under load) a lagged frame for
+        # each hole; the stalled stream must have lagged.
+        assert accounted(fast.events, 3004) and lagged_frames(slow.events)
+        assert "SSE broadcast lagged by" in gw.stderr()
+
+
+
+async def which_body(scope, receive, send):
+    """Answers which path its body took: `direct` where direct.find engages, else `asgi`."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    body = direct.find(send, receive)
+    await send({"type": "http.response.body", "body": b"asgi" if body is None else b"", "more_body": True})
+    if body is not None:
+        body.write(b"direct")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_direct_body_engages_on_http1_over_tls_and_never_on_http2(certs):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = HypercornConfig()
+    config.bind = [f"fd://{listener.detach()}"]  # hypercorn owns (and closes) the socket
+    config.accesslog = config.errorlog = None
+    tls.configure(config, certs.certfile, certs.keyfile, handshake_timeout=5)
+    loop = uvloop.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=loop.run_until_complete,
+                              args=(serve(which_body, config, shutdown_trigger=stop.wait),), daemon=True)
+    thread.start()
+    try:
+        answers = {}
+        for http2 in (False, True):
+            with httpx.Client(http2=http2, verify=certs.client_context()) as client:
+                answer = wait_for(lambda: _get(client, f"https://127.0.0.1:{port}/"), what="the TLS server")
+                answers[answer.http_version] = answer.content
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+    assert answers == {"HTTP/1.1": b"direct", "HTTP/2": b"asgi"}
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response | None:
+    try:
+        return client.get(url)
+    except httpx.ConnectError:
+        return None
