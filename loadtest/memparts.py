@@ -19,6 +19,7 @@ and discards.
 
     python -m loadtest.memparts                    # both scenarios, about a minute
     python -m loadtest.memparts --idle 10000 --only idle --json /tmp/mem.json
+    python -m loadtest.memparts --csse /tmp/csse   # the load scenario read by the C reader
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _memparts_dump(folder, n):
     for obj in gc.get_objects():
         kind = type(obj)
         key = "%s.%s" % (kind.__module__, kind.__qualname__)
+        if kind.__name__ == "coroutine":  # which frames a stream keeps suspended
+            key += " " + str(getattr(obj, "__qualname__", "?"))
         entry = census.setdefault(key, [0, 0])
         entry[0] += 1
         try:
@@ -73,6 +76,19 @@ def _memparts_dump(folder, n):
                 key, _, rest = line.partition(":")
                 if rest.strip().endswith("kB"):
                     memory[key] = int(rest.split()[0])
+    try:  # glibc's heap: what malloc holds, in use and free (free: fragmentation, a high-water mark)
+        import ctypes
+        class Info(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                "keepcost")]
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = Info
+        info = libc.mallinfo2()
+        memory["malloc_in_use"] = (info.uordblks + info.hblkhd) // 1024
+        memory["malloc_free"] = info.fordblks // 1024
+    except (OSError, AttributeError):
+        pass
     base = os.path.join(folder, "%d-%d" % (os.getpid(), n))
     if tracemalloc.is_tracing():
         tracemalloc.take_snapshot().dump(base + ".snap")
@@ -99,6 +115,7 @@ def _memparts_watch(folder):
 if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
+WINDOW_SLOTS = 512  # shm.Ring.DEFAULT_SLOTS: the events each worker keeps
 PARTS = (("uvloop", "/uvloop/"), ("h11", "/h11/"), ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"),
          ("gateway.worker.streams", "gateway/worker/streams.py"), ("gateway.worker.hub", "gateway/worker/hub.py"),
          ("gateway.worker.lean", "gateway/worker/lean.py"), ("gateway", "/gateway/"))
@@ -112,8 +129,14 @@ async def hold(url: str, count: int, resume_from: int, ready, stop_event) -> Non
     loop = asyncio.get_running_loop()
 
     class Sink(asyncio.Protocol):
+        """Reads and discards; `served` is set at the first bytes (the response head)."""
+
+        def __init__(self):
+            self.served = loop.create_future()
+
         def data_received(self, data):
-            pass  # read and discard: the server never waits on this watcher
+            if not self.served.done():
+                self.served.set_result(None)
 
     request = build_request(url, "murmur", "murmur.WatchSession", resume_from)
     transports = []
@@ -121,9 +144,10 @@ async def hold(url: str, count: int, resume_from: int, ready, stop_event) -> Non
 
     async def one():
         async with gate:
-            transport, _ = await loop.create_connection(Sink, parts[0], int(parts[1]))
+            transport, sink = await loop.create_connection(Sink, parts[0], int(parts[1]))
             transport.write(request)
             transports.append(transport)
+            await sink.served  # the worker holds this stream now
 
     await asyncio.gather(*(one() for _ in range(count)))
     ready.set()
@@ -211,16 +235,21 @@ def measure(args, scenario: str, trace: bool) -> dict:
     try:
         wait_for_port(gateway.port, gateway.proc)
         wait_served(gateway.url)
-        time.sleep(1.0)
+        # under load, the baseline waits for the worker's window to fill, so the window's
+        # entries (a fixed cost) are not counted per watcher
+        time.sleep(WINDOW_SLOTS / rate + 1.0 if rate else 1.0)
         before, snap_before = gateway.dump()
         before_snapshot = tracemalloc.Snapshot.load(snap_before) if snap_before else None
         resume_from = newest_id(gateway.url, "murmur.WatchSession")
         while rate and not resume_from:  # the load task's first event: nothing to replay after it
             resume_from = newest_id(gateway.url, "murmur.WatchSession")
-        proc = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping), daemon=True)
-        proc.start()
-        if not ready.wait(args.connect_timeout):
-            raise TimeoutError("the watchers did not open in time")
+        if args.csse and rate:
+            proc = csse(args, gateway.url, watchers, resume_from, gateway.folder)
+        else:
+            proc = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping), daemon=True)
+            proc.start()
+            if not ready.wait(args.connect_timeout):
+                raise TimeoutError("the watchers did not open in time")
         time.sleep(args.settle if scenario == "load" else 1.0)
         after, snap_after = gateway.dump()
         result = {"scenario": scenario, "watchers": watchers, "rate": rate, "traced": trace}
@@ -231,16 +260,37 @@ def measure(args, scenario: str, trace: bool) -> dict:
         return result
     finally:
         stopping.set()
-        if proc is not None:
+        if isinstance(proc, subprocess.Popen):
+            proc.kill()
+            proc.wait()
+        elif proc is not None:
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
         gateway.close()
 
 
+def csse(args, url: str, watchers: int, resume_from: int, folder: str) -> subprocess.Popen:
+    """The C reader as the load scenario's watchers, once all are connected: a Python
+    reader on a busy small machine falls behind, and the worker's write buffers then
+    measure the client, not the gateway."""
+    ready = os.path.join(folder, "csse-ready.json")
+    proc = subprocess.Popen([args.csse, url, "-n", str(watchers), "--mode", "post", "--last-event-id",
+                             str(resume_from), "--duration", str(args.settle + 120), "--ready-file", ready,
+                             "--connect-timeout", str(args.connect_timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + args.connect_timeout + 10
+    while not os.path.exists(ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"csse did not connect its watchers: {proc.communicate()[0][-1500:]}")
+        time.sleep(0.05)
+    return proc
+
+
 def plain(after: dict, before: dict, watchers: int, top: int) -> dict:
     memory = {key: round((after["memory"].get(key, 0) - before["memory"].get(key, 0)) / watchers, 2)
-              for key in ("VmRSS", "RssAnon", "Private_Dirty", "Anonymous")}
+              for key in ("VmRSS", "RssAnon", "malloc_in_use", "malloc_free")}
     rows = []
     for kind, (count, size) in after["census"].items():
         count0, size0 = before["census"].get(kind, [0, 0])
@@ -317,22 +367,23 @@ def main(argv=None) -> int:
     p.add_argument("--settle", type=float, default=5.0, help="seconds of load before the dump")
     p.add_argument("--frames", type=int, default=12, help="tracemalloc frames kept per allocation")
     p.add_argument("--top", type=int, default=20, help="rows per table")
-    p.add_argument("--connect-timeout", type=float, default=60.0)
+    p.add_argument("--connect-timeout", type=float, default=180.0, help="bound on opening the watchers, seconds")
     p.add_argument("--only", choices=("idle", "load"), action="append")
+    p.add_argument("--no-trace", action="store_true", help="the plain runs only (RSS, malloc, census)")
+    p.add_argument("--csse", help="the C SSE reader's binary: the load scenario's watchers (else a Python reader)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
     raise_nofile(max(args.idle, args.load) + 256)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, python {sys.version.split()[0]}")
     results = []
     for scenario in args.only or ("idle", "load"):
-        for trace in (False, True):
+        for trace in (False,) if args.no_trace else (False, True):
             results.append(measure(args, scenario, trace))
-            print(f"  {scenario} {'traced' if trace else 'plain'} done", file=sys.stderr, flush=True)
-    if args.json:
-        with open(args.json, "wb") as fh:
-            fh.write(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, python {sys.version.split()[0]}")
-    print(markdown(results))
+            print(markdown(results[-1:]), flush=True)  # each as it comes: a later run may fail
+            if args.json:
+                with open(args.json, "wb") as fh:
+                    fh.write(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     return 0
 
 
