@@ -1,23 +1,27 @@
 """What one watcher costs a worker, part by part: RSS, tracemalloc and an object census.
 
 Measure before cutting. Two scenarios, each run twice against a real gateway (`--workers 1`):
-once plain, for RSS (VmRSS and smaps_rollup's anonymous memory) and a census of the
-gc-tracked objects by type; once under `PYTHONTRACEMALLOC`, for the bytes each source line
-and each library allocated (tracemalloc inflates RSS, so RSS comes from the plain run).
+once plain, for RSS (VmRSS, anonymous RSS), glibc's heap (`mallinfo2`: in use, and free but
+kept) and a census of the gc-tracked objects by type (coroutines by name: the frames a stream
+keeps suspended); once under `PYTHONTRACEMALLOC`, for the bytes each source line and each
+library allocated (tracemalloc inflates RSS, so RSS comes from the plain run; `--no-trace`
+skips it).
 
 - **idle**: `--idle` watchers (default 2,000) open, no load, no heartbeat due in the window;
 - **load**: `--load` watchers (default 1,000) reading `--rate` events/s of `--size` B (the
-  gateway's `--sim-load`), measured after `--settle` seconds of load.
+  gateway's `--sim-load`), measured after `--settle` seconds of load. Read them with the C
+  reader (`--csse BINARY`) where the machine is small: a Python reader that falls behind
+  fills the worker's write buffers, and the figure then measures the client.
 
 Each figure is (after - before) / watchers, "before" being the same worker with no watcher.
 The worker dumps itself: a `sitecustomize` on PYTHONPATH (written to a temporary folder,
 active only where MEMPARTS_DIR is set) starts a thread in every gateway process that, when
 the trigger file appears, writes the census and RSS and, if tracing, a tracemalloc snapshot,
-in the worker process only. Watchers resume from the newest id (Last-Event-ID), so no
-replay is in flight when the worker dumps. They are raw sockets in a forked client process that reads
-and discards.
+in the worker process only. Watchers resume from the newest id (Last-Event-ID), so a new
+one is not handed the whole replay buffer; they are raw sockets in a forked client process
+that reads and discards (or the C reader).
 
-    python -m loadtest.memparts                    # both scenarios, about a minute
+    python -m loadtest.memparts                    # both scenarios, a few minutes
     python -m loadtest.memparts --idle 10000 --only idle --json /tmp/mem.json
     python -m loadtest.memparts --csse /tmp/csse   # the load scenario read by the C reader
 """
@@ -240,7 +244,7 @@ def measure(args, scenario: str, trace: bool) -> dict:
         time.sleep(WINDOW_SLOTS / rate + 1.0 if rate else 1.0)
         before, snap_before = gateway.dump()
         before_snapshot = tracemalloc.Snapshot.load(snap_before) if snap_before else None
-        resume_from = newest_id(gateway.url, "murmur.WatchSession")
+        resume_from = 0  # idle: nothing to replay (and no probe stream left in the census)
         while rate and not resume_from:  # the load task's first event: nothing to replay after it
             resume_from = newest_id(gateway.url, "murmur.WatchSession")
         if args.csse and rate:

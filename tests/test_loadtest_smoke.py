@@ -60,6 +60,19 @@ def test_csse_client_takes_the_driver_options_and_reports_like_it(tmp_path):
     assert report["server_cpu_s"] is not None and report["server_rss_kib_connected"] > 0
 
 
+def test_memparts_counts_one_stream_per_idle_watcher(tmp_path):
+    """The memory tool's worker dump sees the watchers it opened (a plain run, no tracing)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.memparts", "--only", "idle", "--idle", "20", "--no-trace",
+         "--top", "200", "--json", str(tmp_path / "mem.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [result] = orjson.loads((tmp_path / "mem.json").read_bytes())
+    census = {row["type"]: row["objects"] for row in result["census_per_watcher"]}
+    assert census["gateway.worker.streams.Stream"] == 1.0
+    assert result["kib_per_watcher"]["VmRSS"] > 0
+
+
 def test_locust_headless_run_reports_sse_events(tmp_path):
     with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
         out = subprocess.run(
