@@ -1,8 +1,8 @@
 # murmur-gateway: multi-stage build, slim Python, non-root, tini as PID 1.
-# The ring lives in /dev/shm: a 64 MiB arena plus 33 KiB of slots and headers (shm/ring.py),
-# and a few KiB of metric counters. Docker's and podman's default /dev/shm is 64 MiB, too
-# small for both, so run with --shm-size=128m or more (compose: shm_size; Kubernetes: a
-# memory-backed emptyDir, deploy/kubernetes/).
+# The gateway writes no file: the ring (64 MiB arena plus 33 KiB of slots and headers,
+# shm/ring.py) and the metric counters are memfds, not files in /dev/shm, so no --shm-size
+# is needed; their pages count against the container's memory limit. The control socket is
+# an abstract Unix socket, so a read-only root needs no tmpfs either.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -21,7 +21,6 @@ RUN apt-get update && apt-get install -y --no-install-recommends tini \
     && groupadd --system --gid 10001 murgw \
     && useradd --system --uid 10001 --gid 10001 --no-create-home murgw
 COPY --from=build /opt/venv /opt/venv
-# The control socket goes to TMPDIR (/tmp): with a read-only root, mount a tmpfs there.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

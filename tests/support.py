@@ -188,21 +188,20 @@ def dockerfile_user() -> tuple[int, int]:
 
 
 def shm_bytes_per_gateway(workers: int) -> int:
-    """What a gateway with `workers` workers allocates in /dev/shm: a real ring and counter
-    segment, created as the supervisor creates them, measured and removed."""
-    from gateway import metrics
+    """The shared memory a gateway with `workers` workers allocates: its ring and counter
+    memfds, created as the supervisor creates them, measured (fstat of each memfd) and
+    closed. They have no path; their pages are shmem, counted in the container's memory."""
+    from gateway import control_words, metrics
     from shm import Ring
 
     base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
-    ring = Ring.create(base + "-ring")
+    ring = Ring.create(base + "-ring", control_words=control_words.COUNT, anonymous=True)
     blocks = metrics.create_blocks(base + "-metrics", workers)
     try:
-        return sum(os.stat(f"/dev/shm/{name}").st_size for name in (ring.name, blocks.name))
+        return sum(os.fstat(segment.handle.fd).st_size for segment in (ring, blocks))
     finally:
         ring.close()
-        ring.unlink()
         blocks.close()
-        blocks.unlink()
 
 
 def wait_ready(port: int, timeout: float = START_TIMEOUT, tls: ssl.SSLContext | None = None) -> None:

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 
 import orjson
+import pytest
 
-from support import ROOT, running_gateway
+from loadtest.csse_client import newest_id
+from support import ROOT, running_gateway, wait_for
 
 RUN_TIMEOUT = 120
+CSSE_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "csse", "build.sh")  # build tooling only
 
 
 def test_driver_holds_watchers_and_checks_their_ids(tmp_path):
@@ -32,6 +36,41 @@ def test_driver_holds_watchers_and_checks_their_ids(tmp_path):
     assert report["heartbeat_interval_s"]["count"] > 0
     assert report["order_violations"] == 0 and report["unexplained_holes"] == 0
     assert report["server_cpu_s"] is not None and report["client_cpu_s"] >= 0
+
+
+@pytest.mark.skipif(not (os.path.exists(CSSE_BUILD) and shutil.which("gcc")), reason="no csse sources or gcc")
+def test_csse_client_takes_the_driver_options_and_reports_like_it(tmp_path):
+    """The bench's `--client` contract: the driver's options in, the driver's report out;
+    the probe finds the newest id, which the watchers then send as Last-Event-ID."""
+    binary = subprocess.run(["bash", CSSE_BUILD, str(tmp_path / "csse")], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
+        url = f"http://127.0.0.1:{gateway.port}/"
+        wait_for(lambda: newest_id(url, "murmur.WatchSession") > 0, what="a load event to resume from")
+        out = subprocess.run(
+            [sys.executable, "-m", "loadtest.csse_client", binary, "--url", f"http://127.0.0.1:{gateway.port}/",
+             "--watchers", "20", "--procs", "1", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
+             "--server-pid", str(gateway.pid)],
+            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    assert report["opened"] == 20 and report["failed"] == 0 and report["errors"] == []
+    assert report["deliveries"] > 0 and report["latency_ms"]["count"] > 0
+    assert report["events_lost"] == 0 and report["order_violations"] == 0
+    assert report["server_cpu_s"] is not None and report["server_rss_kib_connected"] > 0
+
+
+def test_memparts_counts_one_stream_per_idle_watcher(tmp_path):
+    """The memory tool's worker dump sees the watchers it opened (a plain run, no tracing)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.memparts", "--only", "idle", "--idle", "20", "--no-trace",
+         "--top", "200", "--json", str(tmp_path / "mem.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [result] = orjson.loads((tmp_path / "mem.json").read_bytes())
+    census = {row["type"]: row["objects"] for row in result["census_per_watcher"]}
+    assert census["gateway.worker.streams.Stream"] == 1.0
+    assert result["kib_per_watcher"]["VmRSS"] > 0
 
 
 def test_locust_headless_run_reports_sse_events(tmp_path):

@@ -1,0 +1,54 @@
+"""How long the hub waits before its next pass over the open streams (adaptive coalescing).
+
+A pass wakes every stream that has something new and writes it; its cost is mostly per
+write, not per event. While passes are cheap next to the time between them the hub runs
+each at once (sub-millisecond delivery). When a pass fills a large share of the loop, the
+next one waits a little, so the events written meanwhile leave in the same write: the wait
+grows by a step each busy pass, up to a cap that bounds the added latency, and halves each
+light pass until it is 0 again. Between the two shares it holds, so it does not oscillate.
+
+Pure: the hub measures, this decides. The knobs are named in gateway/config.py.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from gateway import config
+
+
+class Knobs(NamedTuple):
+    busy_share: float = config.COALESCE_BUSY_SHARE
+    idle_share: float = config.COALESCE_IDLE_SHARE
+    step: float = config.COALESCE_STEP_SECONDS
+    decay: float = config.COALESCE_DECAY
+    floor: float = config.COALESCE_FLOOR_SECONDS
+    max_delay: float = config.COALESCE_MAX_SECONDS
+
+
+KNOBS = Knobs()
+
+
+def load_share(pass_seconds: float, interval_seconds: float) -> float:
+    """The share of the loop the pass took, in [0, 1]: pass time over the time since the
+    previous pass began (a pass never takes more than all of it)."""
+    if pass_seconds <= 0:
+        return 0.0
+    return min(1.0, pass_seconds / max(interval_seconds, pass_seconds))
+
+
+def next_delay(pass_seconds: float, interval_seconds: float, current_delay: float,
+               knobs: Knobs = KNOBS) -> float:
+    """Seconds to wait before the next pass, in [0, knobs.max_delay].
+
+    `pass_seconds`: how long the pass that just ended took; `interval_seconds`: from the
+    start of the previous pass to the start of this one (so it includes the delay that
+    preceded it); `current_delay`: the delay in force."""
+    current = min(max(current_delay, 0.0), knobs.max_delay)
+    share = load_share(pass_seconds, interval_seconds)
+    if share >= knobs.busy_share:
+        return min(knobs.max_delay, current + knobs.step)
+    if share <= knobs.idle_share:
+        shrunk = current * knobs.decay
+        return 0.0 if shrunk < knobs.floor else shrunk
+    return current
