@@ -23,14 +23,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from gateway.capsule.messages import UserMessage
 from gateway.capsule.tasks import Task
+from gateway.capsule.writer import Emitter
+from gateway.config import Config
 from gateway.protocol import events, states
-
-if TYPE_CHECKING:
-    from gateway.capsule.sim import ScenarioRunner
 
 STEP = 0.002  # seconds between a script's events: fast, yet visibly a stream
 
@@ -51,18 +50,17 @@ def image_placeholder(media_type: str, data: bytes) -> str:
 class Attempt:
     """One task's run; `streamed` says whether the current turn has streamed text."""
 
-    def __init__(self, capsule: "ScenarioRunner", task: Task, message: UserMessage):
-        self.capsule, self.task, self.message = capsule, task, message
-        self.emit = capsule.emit
+    def __init__(self, config: Config, emit: Emitter, task: Task, message: UserMessage):
+        self.config, self.emit, self.task, self.message = config, emit, task, message
         self.turns = 0
         self.calls = 0
         self.streamed = False
-        self.transport = capsule.config.inference.transport
+        self.transport = config.inference.transport
 
     def start_turn(self) -> None:
         """The turn's WORKING status, without the pause `turn` takes (for bursts)."""
         self.turns += 1
-        if self.turns > self.capsule.config.inference.max_turns:
+        if self.turns > self.config.inference.max_turns:
             raise MaxTurns
         self.streamed = False
         self.emit.status(self.task, states.WORKING, states.inference_turn(self.turns))

@@ -127,7 +127,7 @@ async def slow_script(a: Attempt, options: dict) -> None:
 
 async def reopen_script(a: Attempt, options: dict) -> None:
     hook = options.get("hook", "review-gate")
-    limit = a.capsule.config.lifecycle.max_task_reopens
+    limit = a.config.lifecycle.max_task_reopens
     await a.turn()
     await a.text("First draft")
     await a.end_of_text()

@@ -90,7 +90,7 @@ class ScenarioRunner:
     async def _run(self, task: Task, message: UserMessage) -> None:
         name, options = parse_scenario(message.text)
         scenario = tck.tck_script if tck.is_tck(message) else SCENARIOS.get(name, default_script)
-        attempt = Attempt(self, task, message)
+        attempt = Attempt(self.config, self.emit, task, message)
         try:
             await scenario(attempt, options)
         except asyncio.CancelledError:

@@ -1,0 +1,90 @@
+"""How each option's text becomes its value: one parser per kind of setting.
+
+A parser takes what the command line, the environment or the TOML file gave and answers the
+value, or raises ValueError saying what is expected; `config.load` names the option and
+where the value came from around that message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError("expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def parse_metrics_bind(text: str) -> tuple[str, int] | None:
+    return None if str(text).strip().lower() == "off" else parse_hostport(text)
+
+
+def parse_positive_int(text: Any) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def parse_positive_int_up_to(limit: int, why: str = "") -> Callable[[Any], int]:
+    """A parser of integers from 1 to `limit`; `why` follows the refusal."""
+    def parse(text: Any) -> int:
+        value = parse_positive_int(text)
+        if value > limit:
+            raise ValueError(f"must be at most {limit}{why}")
+        return value
+    return parse
+
+
+def parse_nonnegative_int(text: Any) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def parse_positive_float(text: Any) -> float:
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("must be a positive number of seconds")
+    return value
+
+
+# orjson refuses to encode more than 254 levels; a request is re-encoded for the sequencer,
+# and its params travel inside control messages and stream events that add levels of their own.
+MAX_JSON_DEPTH = 200
+
+
+def parse_nonnegative_float(text: Any) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be 0 or more")
+    return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_log_level(text: str) -> str:
+    level = str(text).lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def parse_on_off(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    word = str(text).strip().lower()
+    if word not in ("on", "off"):
+        raise ValueError("must be on or off")
+    return word == "on"
+
+
+def parse_url(text: str) -> str:
+    text = str(text)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return text.rstrip("/")
