@@ -120,9 +120,10 @@ if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
 WINDOW_SLOTS = 512  # shm.Ring.DEFAULT_SLOTS: the events each worker keeps
-PARTS = (("uvloop", "/uvloop/"), ("h11", "/h11/"), ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"),
-         ("gateway.worker.streams", "gateway/worker/streams.py"), ("gateway.worker.hub", "gateway/worker/hub.py"),
-         ("gateway.worker.lean", "gateway/worker/lean.py"), ("gateway", "/gateway/"))
+# first match wins: the gateway's own adapter before hypercorn's package
+PARTS = (("gateway.worker.stream", "gateway/worker/stream.py"), ("gateway.worker.hub", "gateway/worker/hub.py"),
+         ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
+         ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"), ("gateway", "/gateway/"))
 STDLIB = re.compile(r"/python3\.\d+/(asyncio|[a-z_]+\.py)")
 
 
