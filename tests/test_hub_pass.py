@@ -39,7 +39,7 @@ class FakeSink:
         self.released_drain = asyncio.Event()
         self.ended = self.released = self.closed = False
         self.drains = 0
-        self._on_disconnect = None
+        self._listener = None
 
     @property
     def blocked(self) -> bool:
@@ -60,12 +60,12 @@ class FakeSink:
     async def end(self) -> None:
         self.ended = True
 
-    def on_disconnect(self, callback) -> None:
-        self._on_disconnect = callback
+    def on_disconnect(self, listener) -> None:
+        self._listener = listener
 
     def leave(self) -> None:
         self.closed = True
-        self._on_disconnect()
+        self._listener.poke()
 
     def release(self) -> None:
         self.released = True

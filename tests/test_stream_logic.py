@@ -80,7 +80,7 @@ def test_watchers_in_step_share_one_batch_counted_by_its_takers():
     assert second.gather(window) is body  # one join for both
     (batch,) = window.taken_batches()
     assert (batch.events, batch.lag, batch.takers) == (2, 2, 2)
-    assert not first.noted  # nothing of its own to count: the batch carries it
+    assert first.noted is None  # nothing of its own to count: the batch carries it
 
 
 def test_a_connection_past_the_lag_limit_skips_and_writes_one_lagged_frame():
@@ -90,7 +90,8 @@ def test_a_connection_past_the_lag_limit_skips_and_writes_one_lagged_frame():
     skipped = 300 - LAG_LIMIT
     assert items[0][0] is None and items[0][1].frame == {"frame": "lagged", "missed": skipped}
     assert [event_id for event_id, _ in items[1:]] == list(range(skipped + 1, 301))
-    assert (stream.lag, stream.missed, stream.lagged_frames, stream.delivered) == (300, skipped, 1, LAG_LIMIT)
+    noted = stream.noted
+    assert (noted.lag, noted.missed, noted.lagged_frames, noted.delivered) == (300, skipped, 1, LAG_LIMIT)
 
 
 def test_a_plain_task_stream_lags_without_a_frame_and_never_sees_frames():
@@ -98,7 +99,7 @@ def test_a_plain_task_stream_lags_without_a_frame_and_never_sees_frames():
     fill(window, *[frame_event(str(i)) for i in range(200)], status_event(states.WORKING))
     items = parse(stream.gather(window))
     assert [event_id for event_id, _ in items] == [201]  # the frames are not for it; no lagged frame
-    assert stream.missed == 201 - LAG_LIMIT and stream.lost
+    assert stream.noted.missed == 201 - LAG_LIMIT and stream.lost
 
 
 def test_a_hole_in_the_window_is_lost_and_named_before_the_next_event():
@@ -141,7 +142,7 @@ def test_a_due_heartbeat_follows_the_events():
     fill(window, frame_event("a"))
     stream.heartbeat_due = 12.5
     body = stream.gather(window)
-    assert body.endswith(b"\n\n" + sse.HEARTBEAT) and stream.beat_due == 12.5
+    assert body.endswith(b"\n\n" + sse.HEARTBEAT) and stream.noted.beat_due == 12.5
     assert stream.heartbeat_due is None and not stream.check_due
 
 
@@ -161,7 +162,7 @@ def test_a_lost_task_stream_checks_its_task_at_heartbeats_and_writes_the_ending_
         (None, "statusUpdate"), (None, "artifactUpdate"), (None, "statusUpdate")]
     assert items[0][1].frame == {"frame": "lagged", "missed": 200 - LAG_LIMIT}  # what it lost, first
     assert items[1][1].body["artifact"] == artifact and stream.ended
-    assert stream.pending_missed == 0 and stream.lagged_frames == 1
+    assert stream.pending_missed == 0 and stream.noted.lagged_frames == 1
 
 
 def test_the_session_end_writes_capsule_closed_to_watchers_after_the_last_event():

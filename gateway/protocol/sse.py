@@ -17,6 +17,7 @@ import orjson
 
 HEARTBEAT = b":heartbeat\n\n"
 EVENT_TAIL = b"}\n\n"
+UNNUMBERED_HEAD = b"data: "  # the head of an event with no id (a connection frame)
 
 
 def rpc_prefix(rpc_id_json: bytes) -> bytes:
@@ -25,7 +26,7 @@ def rpc_prefix(rpc_id_json: bytes) -> bytes:
 
 
 def event_head(event_id: int | None) -> bytes:
-    return b"data: " if event_id is None else b"id: %d\ndata: " % event_id
+    return UNNUMBERED_HEAD if event_id is None else b"id: %d\ndata: " % event_id
 
 
 def join_event(head: bytes, prefix: bytes, result_json: bytes) -> bytes:

@@ -183,7 +183,7 @@ class Hub:
             waiter.set_result(None)
             return 0
         body = stream.gather(self.window)
-        if stream.noted:
+        if stream.noted is not None:
             self._count_noted(stream)
         if not body:
             if stream.ended or stream.check_due:
@@ -194,24 +194,20 @@ class Hub:
         return 1
 
     def _count_noted(self, stream: Stream) -> None:
-        """What a stream noted of its own walk (not a shared batch), counted and reset."""
+        """What a stream noted of its own walk (not a shared batch), counted and dropped."""
         counters, label = self.counters, stream.endpoint
-        stream.noted = False
-        if stream.lag >= 0:
-            counters.observe("reader_lag_events", stream.lag, label)
-            counters.add("events_delivered", stream.delivered, label)
-            stream.lag, stream.delivered = -1, 0
-        if stream.missed:
-            counters.add("events_lost_to_lag", stream.missed, label)
-            log.warning(f"SSE broadcast lagged by {stream.missed} events", endpoint=label)
-            stream.missed = 0
-        if stream.lagged_frames:
-            counters.add("lagged_frames", stream.lagged_frames, label)
-            stream.lagged_frames = 0
-        if stream.beat_due is not None:
-            counters.observe("heartbeat_jitter_seconds", time.monotonic() - stream.beat_due)
+        noted, stream.noted = stream.noted, None
+        if noted.lag >= 0:
+            counters.observe("reader_lag_events", noted.lag, label)
+            counters.add("events_delivered", noted.delivered, label)
+        if noted.missed:
+            counters.add("events_lost_to_lag", noted.missed, label)
+            log.warning(f"SSE broadcast lagged by {noted.missed} events", endpoint=label)
+        if noted.lagged_frames:
+            counters.add("lagged_frames", noted.lagged_frames, label)
+        if noted.beat_due is not None:
+            counters.observe("heartbeat_jitter_seconds", time.monotonic() - noted.beat_due)
             counters.add("heartbeats")
-            stream.beat_due = None
 
     def _count_batches(self) -> None:
         """The metrics of every watcher that took a shared batch since the last count."""
@@ -263,7 +259,7 @@ class Hub:
 
     def _own_write(self, stream: Stream, body: bytes) -> None:
         """A write from the stream's coroutine (not the pass)."""
-        if stream.noted:
+        if stream.noted is not None:
             self._count_noted(stream)
         if body and not stream.sink.closed:
             stream.sink.write(body)
@@ -282,7 +278,7 @@ class Hub:
         await the coroutine parks, and the pass writes for it (`_write`)."""
         loop, window = asyncio.get_running_loop(), self.window
         stream.sink = sink
-        sink.on_disconnect(stream.poke)
+        sink.on_disconnect(stream)
         self._add(stream)
         try:
             opening, stream.opening = stream.opening, b""

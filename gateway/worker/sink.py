@@ -10,7 +10,12 @@ the server's internals allow it, one over plain ASGI sends everywhere else.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Protocol
+
+
+class Listener(Protocol):
+    def poke(self) -> None:
+        """Something changed for the stream: its coroutine looks again."""
 
 
 class Sink(Protocol):
@@ -32,8 +37,9 @@ class Sink(Protocol):
     async def end(self) -> None:
         """End the response body (the stream is over and the client is still there)."""
 
-    def on_disconnect(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once when the client leaves (it may already have)."""
+    def on_disconnect(self, listener: Listener) -> None:
+        """Call `listener.poke()` once when the client leaves (it may already have). An object,
+        not a callback: a bound method would cost every open stream another 64 bytes."""
 
     def release(self) -> None:
         """The stream is over: let go of the connection's objects."""

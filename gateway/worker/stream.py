@@ -3,7 +3,7 @@
 A stream owns an integer cursor into the worker's window (window.py). When the hub asks
 (`gather`), it takes every pending event its filter accepts, a due heartbeat and the
 session's end, and answers them as one body; the hub hands that body to the connection's
-sink (sink.py) and counts what the stream noted of it (`noted` and the fields after it).
+sink (sink.py) and counts what the stream noted of it (`Noted`).
 A task stream ends after its task's terminal status, and a SendStreamingMessage stream also
 after a live input-required one (`ends`). The lag rule lives here, once:
 
@@ -49,20 +49,33 @@ class TaskView:
         self.opening_state = snapshot["status"]["state"]
 
 
+class Noted:
+    """What a stream's own walk or heartbeat noted since the hub last counted: the hub's
+    metrics of it (a shared batch is counted apart, by its takers). Made only when there is
+    something to note, so a stream on the shared path carries none."""
+
+    __slots__ = ("delivered", "lag", "missed", "lagged_frames", "beat_due")
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.lag = -1  # events behind the head when it walked the window (-1: it did not)
+        self.missed = 0
+        self.lagged_frames = 0
+        self.beat_due: float | None = None  # the due time of the heartbeat it wrote
+
+
 class Stream:
-    __slots__ = ("endpoint", "rpc_id_json", "prefix", "task", "activated", "plain", "cursor",
-                 "opening", "ended", "lost", "last_state", "pending_missed", "heartbeat_due",
-                 "session_changed", "check_due",
-                 "noted", "delivered", "lag", "missed", "lagged_frames", "beat_due",
-                 "sink", "waiter")
+    # Every open stream holds one of these for as long as it is open: slots, and only what
+    # it reads (the request id lives inside `prefix`, activation is `not plain`).
+    __slots__ = ("endpoint", "prefix", "task", "plain", "cursor", "opening", "ended", "lost",
+                 "last_state", "pending_missed", "heartbeat_due", "session_changed", "check_due",
+                 "noted", "sink", "waiter")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
                  activated: bool = True):
         self.endpoint = endpoint
-        self.rpc_id_json = rpc_id_json
         self.prefix = sse.rpc_prefix(rpc_id_json)
         self.task = task
-        self.activated = activated
         self.plain = not activated
         self.cursor = 0
         self.opening = b""  # written first (head, ack or task, replay); dropped once written
@@ -73,17 +86,20 @@ class Stream:
         self.heartbeat_due: float | None = None  # set by the hub: a heartbeat due since then
         self.session_changed = False  # set by the hub: the ring started a new session
         self.check_due = False  # a lost task stream wants its task looked up (`ending_from`)
-        # What the last gathers noted, off the shared-batch path, for the hub's metrics;
-        # the hub reads them and resets them when `noted` is set.
-        self.noted = False
-        self.delivered = 0
-        self.lag = -1  # events behind the head when it walked the window (-1: it did not)
-        self.missed = 0
-        self.lagged_frames = 0
-        self.beat_due: float | None = None  # the due time of the heartbeat it wrote
+        self.noted: Noted | None = None  # for the hub's metrics, which it takes and counts
         # The hub's: where the bytes go, and the coroutine parked while the hub writes.
         self.sink: Sink | None = None
         self.waiter: asyncio.Future | None = None
+
+    @property
+    def activated(self) -> bool:
+        return not self.plain
+
+    def _note(self) -> Noted:
+        noted = self.noted
+        if noted is None:
+            noted = self.noted = Noted()
+        return noted
 
     def poke(self) -> None:
         """Resume the stream's coroutine if it is parked (the hub's, or the sink's on a
@@ -95,7 +111,7 @@ class Stream:
     # --- the bytes ---
 
     def unnumbered(self, result: dict) -> bytes:
-        return sse.frame_event(None, self.rpc_id_json, orjson.dumps(result))
+        return sse.join_event(sse.UNNUMBERED_HEAD, self.prefix, orjson.dumps(result))
 
     def connection_frame(self, frame: dict) -> bytes:
         """gap / lagged / connection-ack / capsule-closed in the carrier this stream uses."""
@@ -122,10 +138,9 @@ class Stream:
 
     def _name_missed(self, parts: list[bytes]) -> None:
         """Before the next event it receives, an activated stream is told what it lost."""
-        if self.activated:
+        if not self.plain:
             parts.append(self.connection_frame(events.lagged_frame(self.pending_missed)))
-            self.lagged_frames += 1
-            self.noted = True
+            self._note().lagged_frames += 1
         self.pending_missed = 0
 
     def take(self, entry: Entry, parts: list[bytes]) -> None:
@@ -158,8 +173,7 @@ class Stream:
         due = self.heartbeat_due
         if due is not None:
             self.heartbeat_due = None
-            self.beat_due = due
-            self.noted = True
+            self._note().beat_due = due
             parts.append(sse.HEARTBEAT)
             self.check_due = self.lost and self.task is not None and not self.ended
         closed_at = window.session_closed_at
@@ -182,8 +196,8 @@ class Stream:
                 parts.append(batch.body)
                 self.cursor = head
                 return False
-        self.noted = True
-        self.lag = head - cursor
+        noted = self._note()
+        noted.lag = head - cursor
         cursor, missed = skip_lag(cursor, head)
         delivered = 0
         ended = False
@@ -204,13 +218,13 @@ class Stream:
                 break
         self._note_missed(missed)
         self.cursor = head
-        self.delivered += delivered
+        noted.delivered += delivered
         return ended
 
     def _note_missed(self, missed: int) -> None:
         if missed:
             self.pending_missed += missed
-            self.missed += missed
+            self._note().missed += missed
             self.lost = True
 
     def ending_from(self, snapshot: dict) -> bytes:

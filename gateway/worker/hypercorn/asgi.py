@@ -4,9 +4,11 @@ Every server can take it: HTTP/1.0 (a close-delimited body), HTTP/2, or a hyperc
 internals direct.py no longer finds. `write` keeps the body and answers blocked, so the
 stream's coroutine sends it in `drain`: one ASGI send per wake-up.
 
-How the stream learns its client left: where the receive queue is lean.py's `LeanQueue`,
-the queue tells the sink of each message it takes (no task waits on `receive`); anywhere
-else a task of the sink's own waits on `receive` for `http.disconnect`.
+How a sink learns its client left (`Connection`, which the direct sink shares): where the
+receive queue is lean.py's `LeanQueue`, the queue tells the sink of each message it takes
+(no task waits on `receive`); anywhere else a task of the sink's own waits on `receive` for
+`http.disconnect`. An idle stream holds its sink for as long as it is open, so a sink keeps
+only what it uses (slots, no callback object: the listener's `poke` is called).
 """
 
 from __future__ import annotations
@@ -20,21 +22,69 @@ Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
 
 
-class AsgiSink:
-    __slots__ = ("_send", "_receive", "_inbox", "_watcher", "_on_disconnect", "left", "_pending")
+class Connection:
+    """The ASGI connection behind a sink: the end of the body, and the client's leaving."""
+
+    __slots__ = ("_send", "_receive", "_receiving", "_listener", "left")
 
     def __init__(self, send: Send, receive: Receive):
         self._send = send
         self._receive = receive
-        self._inbox: LeanQueue | None = None
-        self._watcher: asyncio.Task | None = None
-        self._on_disconnect: Callable[[], None] | None = None
-        self.left = False  # the client went away (or a send to it failed)
-        self._pending: bytes | None = None
+        self._receiving: LeanQueue | asyncio.Task | None = None  # the queue told of messages, or our task
+        self._listener = None  # has `poke()`, called once when the client leaves
+        self.left = False  # the client went away (or a write to it failed)
 
     @property
     def closed(self) -> bool:
         return self.left
+
+    async def end(self) -> None:
+        if not self.closed:
+            try:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+            except Exception:
+                pass
+
+    def on_disconnect(self, listener) -> None:
+        self._listener = listener
+        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue (lean.py)
+        if isinstance(inbox, LeanQueue):
+            self._receiving = inbox
+            inbox.on_put = self._on_receive
+            while not inbox.empty():  # the client may have left while the stream opened
+                self._on_receive(inbox.get_nowait())
+        else:
+            self._receiving = asyncio.get_running_loop().create_task(self._watch())
+
+    def _on_receive(self, message: dict) -> None:
+        if message["type"] == "http.disconnect":
+            self._leave()
+
+    def _leave(self) -> None:
+        if not self.left:
+            self.left = True
+            if self._listener is not None:
+                self._listener.poke()
+
+    async def _watch(self) -> None:
+        while not self.left:
+            self._on_receive(await self._receive())
+
+    def release(self) -> None:
+        receiving = self._receiving
+        if isinstance(receiving, LeanQueue):
+            receiving.on_put = None
+        elif receiving is not None:
+            receiving.cancel()
+        self._send = self._receive = self._receiving = self._listener = None
+
+
+class AsgiSink(Connection):
+    __slots__ = ("_pending",)
+
+    def __init__(self, send: Send, receive: Receive):
+        super().__init__(send, receive)
+        self._pending: bytes | None = None
 
     @property
     def blocked(self) -> bool:
@@ -54,41 +104,5 @@ class AsgiSink:
         self._pending = None
 
     async def end(self) -> None:
-        await self.drain()
-        if not self.closed:
-            try:
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-            except Exception:
-                pass
-
-    def on_disconnect(self, callback: Callable[[], None]) -> None:
-        self._on_disconnect = callback
-        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue (lean.py)
-        if isinstance(inbox, LeanQueue):
-            self._inbox = inbox
-            inbox.on_put = self._on_receive
-            while not inbox.empty():  # the client may have left while the stream opened
-                self._on_receive(inbox.get_nowait())
-        else:
-            self._watcher = asyncio.get_running_loop().create_task(self._watch())
-
-    def _on_receive(self, message: dict) -> None:
-        if message["type"] == "http.disconnect":
-            self._leave()
-
-    def _leave(self) -> None:
-        if not self.left:
-            self.left = True
-            if self._on_disconnect is not None:
-                self._on_disconnect()
-
-    async def _watch(self) -> None:
-        while not self.left:
-            self._on_receive(await self._receive())
-
-    def release(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-        if self._inbox is not None:
-            self._inbox.on_put = None
-        self._send = self._receive = self._inbox = self._watcher = self._on_disconnect = None
+        await self.drain()  # what the last write left
+        await super().end()

@@ -26,10 +26,10 @@ import h11
 from h11._writers import ChunkedWriter
 
 from gateway.worker.hypercorn import lean
-from gateway.worker.hypercorn.asgi import AsgiSink, Receive, Send
+from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
 
 
-class DirectSink(AsgiSink):
+class DirectSink(Connection):
     """Body chunks to the transport; the end, and the client's leaving, as the ASGI sink."""
 
     __slots__ = ("writer", "transport", "high_water")
@@ -84,6 +84,6 @@ def find(send: Send, receive: Receive) -> DirectSink | None:
     return DirectSink(send, receive, writer)
 
 
-def sink_for(send: Send, receive: Receive) -> AsgiSink:
+def sink_for(send: Send, receive: Receive) -> Connection:
     """The fastest sink this connection allows: direct where found, ASGI elsewhere."""
     return find(send, receive) or AsgiSink(send, receive)
