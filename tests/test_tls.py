@@ -115,7 +115,7 @@ def test_mur_watch_over_https_with_cacert(certs, tmp_path):
                 watcher.kill()
                 watcher.wait()
     assert watcher.returncode == 0, err
-    assert f"[completed] tsk:{task_id[-6:]}" in out
+    assert f"tsk:{task_id[-6:]} [completed]" in out
     assert "[murmur] capsule closed" in err
 
 
