@@ -115,7 +115,7 @@ def test_mur_watch_over_https_with_cacert(certs, tmp_path):
                 watcher.kill()
                 watcher.wait()
     assert watcher.returncode == 0, err
-    assert f"tsk:{task_id[-6:]} [completed]" in out  # the label before the bracket (mur watch)
+    assert f"tsk:{task_id[-6:]} [completed]" in out
     assert "[murmur] capsule closed" in err
 
 
@@ -167,7 +167,7 @@ def test_tls_server_accepts_in_bursts(certs):
     import asyncio
     import socket
 
-    from gateway.worker.hypercorn.accept import BurstServer, Loop
+    from gateway.worker.accept import BurstServer, Loop
 
     async def scenario() -> bytes:
         server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

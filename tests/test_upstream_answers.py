@@ -230,7 +230,7 @@ def test_an_attachment_b_cannot_ask_a_for_is_503_not_404(tmp_path):
         status, headers, body = Http(b.port).request("GET", f"/attachments/{task_id}/{'1' * 64}")
     assert cached[0] == 200
     assert status == 503 and headers["retry-after"] == "1"
-    assert orjson.loads(body)["detail"].startswith("the upstream capsule is not reachable")  # problem details
+    assert orjson.loads(body)["detail"].startswith("the upstream capsule is not reachable")
 
 
 def listing(port: int) -> list[tuple]:
