@@ -167,7 +167,7 @@ def test_tls_server_accepts_in_bursts(certs):
     import asyncio
     import socket
 
-    from gateway.worker.accept import BurstServer, Loop
+    from gateway.worker.hypercorn.accept import BurstServer, Loop
 
     async def scenario() -> bytes:
         server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
