@@ -16,8 +16,8 @@ import tempfile
 
 import pytest
 
-from support import (Http, SSEStream, is_terminal_event, item, rpc, running_gateway, task_id_of, user_message,
-                     wait_ready)
+from support import (Http, SSEStream, is_terminal_event, item, require_tool, rpc, running_gateway, task_id_of,
+                     user_message, wait_ready)
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -32,8 +32,13 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 TOKEN = "page-secret"
 
-pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                                reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+
+
+@pytest.fixture(autouse=True)
+def browser_installed():
+    """Skipped where Debian's chromium or chromium-driver is absent; a failure in CI, which installs them."""
+    require_tool(CHROMIUM, "chromium")
+    require_tool(CHROMEDRIVER, "chromium-driver")
 
 
 @contextlib.contextmanager
