@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return supervisor.run(config)
-    except OSError as exc:  # the address is taken, /dev/shm is full, ...
+    except OSError as exc:  # the address is taken, no memory for the segments, ...
         print(f"mur-gateway: {exc}", file=sys.stderr)
         return 1
     except RuntimeError as exc:  # the platform check

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import os
 import socket
 import struct
 from typing import Any, Awaitable, Callable
@@ -51,6 +52,7 @@ class Op(enum.Enum):
 
 _BY_WIRE = {op.wire: op for op in Op}
 _LEN = struct.Struct(">I")
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def encode(obj: Any) -> bytes:
@@ -73,9 +75,25 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
 Handler = Callable[[object, dict], Awaitable[Any]]
 
 
+def peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return None
+    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return uid
+
+
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            handler: Handler) -> None:
-    """Answer one worker's calls, each in its own task so calls run concurrently."""
+    """Answer one worker's calls, each in its own task so calls run concurrently.
+
+    An abstract socket has no file whose permissions could keep other users out: any process
+    in the network namespace can connect to it. So a peer that does not run as this process's
+    user (or root) is closed at once, unanswered; the door's tokens stay the only way in."""
+    if peer_uid(writer) not in (os.geteuid(), 0):
+        writer.close()
+        return
 
     async def answer(call: dict) -> None:
         try:

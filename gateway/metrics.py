@@ -1,9 +1,9 @@
 """Metrics: every process counts into its own block of shared memory; the exporter sums them.
 
 Why not prometheus-client's multiprocess mode: 3x slower per update and it keeps dead
-processes' files forever (docs/architecture.md, "Why"). Here an update is a plain 8-byte add into
-the process's own block (one writer per block, so no atomics), and the exporter's
-collector reads every block at scrape time. Every series exists, at zero, from start-up.
+processes' files forever (docs/architecture.md, "Why it is built this way"). Here an update
+is a plain 8-byte add into the process's own block (one writer per block, so no atomics),
+and the exporter's collector reads every block at scrape time. Every series exists, at zero, from start-up.
 
 Block 0 is the sequencer's, block 1 the supervisor's, blocks 2.. the workers' (by worker
 slot). A restarted worker's block is folded into the supervisor's retired totals first, so

@@ -176,7 +176,7 @@ class Supervisor:
                 proc.join(1.0)
 
     def drain(self) -> None:
-        """Close every stream, stop every process, leave nothing in /dev/shm."""
+        """Close every stream and stop every process (the memfd segments go with the last of them)."""
         self.ring.control[control_words.CLOSING] = 1
         for proc in self.workers:
             if proc is not None and proc.is_alive():

@@ -335,7 +335,8 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
 
 def problem_detail(status: int, headers: dict, body: bytes | dict) -> str:
     """The `detail` of a door refusal, checked to be exactly the RFC 9457 problem details
-    DECISIONS fixes: content-type application/problem+json, type, title, status, detail."""
+    the door sends (gateway/worker/problem.py): content-type application/problem+json, type,
+    title, status, detail."""
     assert headers["content-type"] == "application/problem+json", headers
     problem = orjson.loads(body) if isinstance(body, (bytes, str)) else body
     assert list(problem) == ["type", "title", "status", "detail"], problem

@@ -1,4 +1,4 @@
-"""The door's own HTTP refusals are RFC 9457 problem details, byte-wise (DECISIONS).
+"""The door's own HTTP refusals are RFC 9457 problem details, byte-wise (gateway/worker/problem.py).
 
 401 and 403 are in test_door_auth.py, 408, 413, 431 and 503 in test_limits.py, each through
 `support.problem_detail`; here are the rest, and one refusal's exact bytes. An A2A client

@@ -71,6 +71,27 @@ def start_watchers(port: int, n: int, *, spread_over: set[int] = frozenset(), **
     return recorders
 
 
+def resume(port: int, lost: list[Recorder]) -> list[Recorder]:
+    """Reconnect each lost watcher with the last id it saw: the replay is to fill the hole."""
+    resumed = []
+    for r in lost:
+        again = Recorder(SSEStream(port, WATCH, {}, last_event_id=str(r.ids()[-1]), timeout=30))
+        again.seen = list(r.seen)
+        again.start()
+        resumed.append(again)
+    return resumed
+
+
+def assert_gapless_to(target: int, recorders: list[Recorder]) -> None:
+    """Every recorder reaches `target` with each id from its first one, once: nothing lost,
+    nothing repeated."""
+    wait_for(lambda: all(r.ids() and r.ids()[-1] >= target for r in recorders),
+             timeout=20, what="every watcher past the same id")
+    for r in recorders:
+        ids = [i for i in r.ids() if i <= target]
+        assert ids == list(range(ids[0], target + 1))
+
+
 def stop_all(recorders: list[Recorder]) -> None:
     for recorder in recorders:
         recorder.stop.set()
@@ -91,18 +112,8 @@ def test_killed_worker_watchers_resume_without_loss(tmp_path):
             lost = [r for r in recorders if r.lost]
             kept = [r for r in recorders if not r.lost]
             assert lost and kept
-            for r in lost:  # reconnect with the last id each saw: the replay fills the hole
-                stream = SSEStream(gw.port, WATCH, {}, last_event_id=str(r.ids()[-1]), timeout=30)
-                again = Recorder(stream)
-                again.seen = list(r.seen)
-                again.start()
-                resumed.append(again)
-            target = max(r.ids()[-1] for r in kept) + 20
-            wait_for(lambda: all(r.ids() and r.ids()[-1] >= target for r in resumed + kept),
-                     timeout=20, what="every watcher past the same id")
-            for r in resumed + kept:
-                ids = [i for i in r.ids() if i <= target]
-                assert ids == list(range(ids[0], target + 1))  # nothing lost, nothing repeated
+            resumed += resume(gw.port, lost)
+            assert_gapless_to(max(r.ids()[-1] for r in kept) + 20, resumed + kept)
         finally:
             stop_all(recorders + resumed)
 

@@ -9,7 +9,8 @@ maxturns, input, timeout), against a gateway whose TOML says `[inference] transp
 - artifact frames are the transport's (spec Transports): on `process` exitCode null,
   truncated false, attachments [] (nothing stored), images as placeholders in content and
   fenceSource only where content still opens with that fence.
-And a reply after a `request-input` wait timed out is refused -32004 (DECISIONS).
+And a reply after a `request-input` wait timed out is refused -32004 (docs/architecture.md,
+the product decisions).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.stall import TEST_HANG_ENV
 from support import SSEStream, running_gateway, wait_for
-from test_faults import WATCH, Recorder, start_watchers, stop_all
+from test_faults import WATCH, Recorder, assert_gapless_to, resume, start_watchers, stop_all
 
 STALL = "1"  # --worker-stall-timeout for these tests, seconds
 
@@ -43,18 +43,8 @@ def test_a_stuck_worker_is_replaced_and_its_watchers_resume_without_loss(tmp_pat
             lost = [r for r in recorders if r.lost]
             kept = [r for r in recorders if not r.lost]
             assert lost and kept and all(r.stream.worker_pid == workers[0] for r in lost)
-            for r in lost:  # reconnect with the last id each saw: the replay fills the hole
-                stream = SSEStream(gw.port, WATCH, {}, last_event_id=str(r.ids()[-1]), timeout=30)
-                again = Recorder(stream)
-                again.seen = list(r.seen)
-                again.start()
-                resumed.append(again)
-            target = max(r.ids()[-1] for r in kept) + 10
-            wait_for(lambda: all(r.ids() and r.ids()[-1] >= target for r in resumed + kept),
-                     timeout=20, what="every watcher past the same id")
-            for r in resumed + kept:
-                ids = [i for i in r.ids() if i <= target]
-                assert ids == list(range(ids[0], target + 1))  # nothing lost, nothing repeated
+            resumed += resume(gw.port, lost)
+            assert_gapless_to(max(r.ids()[-1] for r in kept) + 10, resumed + kept)
             assert replaced != workers[0]
         finally:
             stop_all(recorders + resumed)

@@ -9,7 +9,6 @@ the two runs (each gateway's tasks are created through it), so they are compared
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import urllib.parse
 
 import orjson

@@ -165,7 +165,8 @@ def test_door_with_authentication_asks_for_a_token_kept_in_memory(browser, tmp_p
         field = browser.find_element(By.ID, "token")
         field.send_keys("wrong")
         browser.find_element(By.CSS_SELECTOR, "#auth button").click()
-        wait(browser, lambda: browser.find_element(By.ID, "auth-error").text.startswith("refused"))
+        wait(browser, lambda: browser.find_element(By.ID, "auth-error").text
+             == "refused: the bearer token is not valid for this door")  # the problem's detail
         browser.find_element(By.ID, "token").send_keys(TOKEN)
         browser.find_element(By.CSS_SELECTOR, "#auth button").click()
         wait(browser, lambda: browser.find_element(By.ID, "connection").get_attribute("data-state") == "connected")

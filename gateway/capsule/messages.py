@@ -1,4 +1,4 @@
-"""Reading `params.message` as SendMessage reads it (the error table of the A2A door: which check answers which code).
+"""Reading `params.message` as SendMessage reads it: which check answers which JSON-RPC code.
 
 Pure: a dict in, a `UserMessage` or an RpcError out. The embedded capsule and the upstream
 link both accept a message only after this check, so both refuse the same inputs alike.

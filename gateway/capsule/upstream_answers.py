@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import urllib.parse
+from typing import NoReturn
 
 import orjson
 
@@ -38,12 +39,16 @@ def relayed(method: str, status: int, payload: bytes) -> object:
         raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: "
                                        f"{answer.get('detail', answer.get('title'))}")
     if "error" in answer:
-        error = answer["error"]
-        if not isinstance(error, dict):  # an older door's refusal: {"error": "..."}
-            raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
-        code = error.get("code")
-        raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
+        _raise_refusal(method, status, answer["error"])
     return answer.get("result")
+
+
+def _raise_refusal(method: str, status: int, error: object) -> NoReturn:
+    """The upstream's JSON-RPC error, raised with its code (when it is one of ours) and message."""
+    if not isinstance(error, dict):  # an older door's refusal: {"error": "..."}
+        raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
+    code = error.get("code")
+    raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
 
 
 async def stream_opening(url: str, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
@@ -94,7 +99,7 @@ def _opening_task(method: str, data: str) -> dict:
     except ValueError:
         item = error = None
     if error is not None:
-        relayed(method, 200, orjson.dumps({"error": error}))
+        _raise_refusal(method, 200, error)
     if item is None or item.kind != "task":
         raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
     return item.body

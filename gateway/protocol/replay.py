@@ -9,8 +9,9 @@ is absent or not a number. Second table, a replay from N over the buffer:
     oldest > N + 1 (events after N were evicted)  -> gap(oldest), every buffered event
     otherwise                                     -> every buffered event with id > N
 
-Header parsing (our decision where the spec is silent, docs/architecture.md): trimmed; a decimal integer >= 0 of any size is a number;
-anything else (negative, empty, "+1", "1e3", ...) is NOT_A_NUMBER.
+Header parsing (our decision where the spec is silent, docs/architecture.md): trimmed; a
+decimal integer >= 0 of any size is a number; anything else (negative, empty, "+1", "1e3",
+...) is NOT_A_NUMBER.
 
 The caller filters: a task stream writes only its own task's events, and writes the gap
 only to an activated connection.

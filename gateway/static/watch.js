@@ -214,9 +214,10 @@
   async function refusal(answer) {
     const body = await answer.text().catch(() => "");
     try {
-      const error = JSON.parse(body).error;
+      const parsed = JSON.parse(body);
+      const error = parsed && parsed.error;
       if (error && typeof error === "object") return `error ${error.code}: ${error.message}`;
-      if (typeof error === "string") return error;
+      if (parsed && typeof parsed.detail === "string") return parsed.detail;  // the door's problem details
     } catch { /* not JSON */ }
     return `HTTP ${answer.status}`;
   }

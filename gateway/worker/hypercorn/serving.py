@@ -85,7 +85,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # connections are closed after it.
     hc.keep_alive_timeout = config.header_timeout
     # What h11 buffers of an unfinished head. The app checks the finished head exactly
-    # (door.Admission, 431 with a JSON body); this cap, the limit plus each line's framing,
+    # (door.Admission, 431 with problem details); this cap, the limit plus each line's framing,
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
