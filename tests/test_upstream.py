@@ -9,8 +9,10 @@ import urllib.request
 
 import orjson
 
+from gateway.protocol.lag import LAG_LIMIT
 from support import (SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
                      task_id_of, user_message, wait_for)
+from test_observability import scrape
 
 WATCH = "murmur.WatchSession"
 
@@ -90,6 +92,31 @@ def test_replicas_agree_and_a_watcher_resumes_on_another(tmp_path):
         with SSEStream(a.port, WATCH, {}, last_event_id=str(part[0][0] - 1)) as on_a:
             truth = [(e.id, e.data) for e in on_a.read_until(is_terminal_event) if e.id is not None]
         assert part + rest == truth  # same ids, same bytes (each stream used rpc id 1)
+
+
+def test_a_link_lagged_at_the_upstream_resumes_from_its_replay(tmp_path):
+    """B's link falling behind A's lag limit loses nothing: A's only worker is held stopped
+    while A's capsule writes past the limit, so A's next pass writes the link a `lagged` frame;
+    B resumes from its last id at once and A's replay brings back every skipped event."""
+    with running_gateway("--sim-load", "150", workers=1, metrics=True, tmp_path=tmp_path) as a, \
+            front_of(a, tmp_path, metrics=True) as b:
+        def head(gw) -> int:
+            return int(scrape(gw.metrics_port)["murgw_ring_head_id"])
+
+        wait_for(lambda: head(b) > 0, what="B to follow A")
+        worker = a.worker_pids()[0]
+        start = head(a)
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            wait_for(lambda: head(a) > start + LAG_LIMIT + 20, what="A to write past its lag limit")
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        target = start + LAG_LIMIT + 30
+        wait_for(lambda: head(b) >= target, what="B to catch up")
+        with SSEStream(b.port, WATCH, {}, last_event_id=str(start)) as replay:
+            seen = replay.read_until(lambda e: e.id is not None and e.id >= target)
+    assert [e.data for e in seen if e.id is None and "lagged" in e.data] == []
+    assert [e.id for e in seen if e.id is not None] == list(range(start + 1, target + 1))
 
 
 def test_upstream_paused_then_resumed_loses_nothing(tmp_path):

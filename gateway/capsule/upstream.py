@@ -9,7 +9,9 @@ stream itself is served from the ring. What only the upstream knows is asked of 
 (`upstream_answers`): a stream it refuses, attachment bytes, its errors as it worded them.
 
 What watchers see of upstream trouble:
-- a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID);
+- a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID); the
+  same when the link itself falls behind the upstream's lag limit: on the upstream's `lagged`
+  frame it resumes at once from its last id, so the skipped events come from the replay;
 - a break it does not cover (the upstream answers with a `gap` past our last id): the ids in
   between are missing from the ring, so every stream crossing them writes a `lagged` frame
   naming them (a task stream checks its task at its heartbeats, as after any loss);
@@ -100,7 +102,11 @@ class UpstreamCapsule:
         delay = BACKOFF_FIRST
         while True:
             try:
-                await self._follow()
+                resumed_from = self.last_id
+                if await self._follow() and self.last_id > resumed_from:
+                    self.log.warning("upstream link lagged; resuming from the upstream's replay",
+                                     last_id=self.last_id)
+                    continue  # at once: the events the upstream skipped are in its replay buffer
                 delay = BACKOFF_FIRST
             except (UpstreamError, ValueError) as exc:
                 self.log.warning("upstream stream lost", error=str(exc), last_id=self.last_id)
@@ -108,7 +114,10 @@ class UpstreamCapsule:
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(BACKOFF_CAP, delay * 2)
 
-    async def _follow(self) -> None:
+    async def _follow(self) -> bool:
+        """Read the upstream's WatchSession into the ring until it ends; True when it ended on
+        the upstream's `lagged` frame (this link fell behind its lag limit), whose skipped
+        events a resume with our Last-Event-ID gets back from its replay."""
         conn = Connection(self.url)
         body = orjson.dumps({"jsonrpc": "2.0", "id": LINK_RPC_ID, "method": WATCH_SESSION, "params": {}})
         try:
@@ -118,18 +127,19 @@ class UpstreamCapsule:
             parser = SSEParser()
             async for chunk in conn.chunks():
                 for event in parser.feed(chunk):
-                    if event.data is not None:
-                        self._take(event.id, event.data.encode())
+                    if event.data is not None and self._take(event.id, event.data.encode()):
+                        return True
         finally:
             conn.close()
+        return False
 
-    def _take(self, event_id: int | None, data: bytes) -> None:
+    def _take(self, event_id: int | None, data: bytes) -> bool:
+        """Append one upstream event to the ring; True for the upstream's `lagged` frame."""
         _, item, error = read_stream_response(data)
         if error is not None:
             raise UpstreamError(f"the upstream refused the WatchSession: {error.get('message')}")
         if event_id is None:
-            self._take_unnumbered(item)
-            return
+            return self._take_unnumbered(item)
         if event_id <= self.last_id:  # a replay after our last id never holds it: ids restarted
             self._new_session()
         full = data[len(LINK_PREFIX):-1] if data.startswith(LINK_PREFIX) and data.endswith(b"}") else \
@@ -137,10 +147,13 @@ class UpstreamCapsule:
         key, meta, plain = self._classify(item)
         self.writer.append_raw(event_id, key, meta, full, plain)
         self.last_id = event_id
+        return False
 
-    def _take_unnumbered(self, item) -> None:
+    def _take_unnumbered(self, item) -> bool:
         frame = item.frame if item is not None else None
         name = frame.get("frame") if frame else None
+        if name == events.FRAME_LAGGED:
+            return True
         if name == events.FRAME_CONNECTION_ACK:
             self.writer.set_conversation(frame.get("conversationMode", "stateless"))
             self.writer.set_connected(True)
@@ -149,6 +162,7 @@ class UpstreamCapsule:
             if not self.closed:
                 self.closed = True
                 self.writer.close_session()
+        return False
 
     def _new_session(self) -> None:
         """The upstream's ids restarted: a new gateway session."""
