@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from time import perf_counter
 
 from gateway import config, control_words, logs
 from gateway.control import ControlClient, Op
@@ -56,7 +55,7 @@ class Hub:
         # Adaptive coalescing (coalesce.py): the wait before the next pass after a wake-up,
         # from how much of the loop the last pass took, and when that pass began.
         self._delay = 0.0
-        self._pass_started = perf_counter()
+        self._pass_started = time.perf_counter()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -101,8 +100,8 @@ class Hub:
         self._schedule_sync()
 
     def _schedule_sync(self) -> None:
-        """The next pass: after the adaptive delay, or at once when that many events already
-        wait that a stream could near the lag limit before the pass (a burst)."""
+        """The next pass: after the adaptive delay, or at once when so many events already
+        wait (a burst) that a stream could near the lag limit before the pass."""
         waiting = self.ring.head - self.window.head
         delay = self._delay if waiting < config.COALESCE_MAX_EVENTS else 0.0
         pending = self._pending_sync
@@ -122,7 +121,7 @@ class Hub:
 
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
-        started = perf_counter()
+        started = time.perf_counter()
         ring, words, window = self.ring, self.ring.control, self.window
         words[control_words.ARMED + self.index] = 0
         if ring.epoch != self.epoch:
@@ -146,7 +145,7 @@ class Hub:
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
-            self._delay = next_delay(perf_counter() - started, started - self._pass_started, self._delay)
+            self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
             self._pass_started = started
         words[control_words.ARMED + self.index] = 1
         if ring.head != window.head or ring.epoch != self.epoch:
