@@ -297,3 +297,8 @@ COALESCE_STEP_SECONDS = 0.001  # added per busy pass
 COALESCE_DECAY = 0.5         # the delay kept per light pass
 COALESCE_FLOOR_SECONDS = 0.0005  # a shrunk delay under this is 0: light loads go out at once
 COALESCE_MAX_SECONDS = 0.015  # never more
+# A wake-up finding this many events not yet copied passes at once, delay or not: a burst
+# must not carry a stream toward the 128-event lag limit (or the ring's end) while it waits.
+COALESCE_MAX_EVENTS = 32
+# A worker hands glibc's free heap back every this many seconds (gateway/worker/heap.py).
+HEAP_TRIM_SECONDS = 5.0

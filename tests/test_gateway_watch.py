@@ -331,3 +331,13 @@ def test_sigterm_leaves_no_process_and_no_shm(tmp_path):
         stream.close()
         wait_for(lambda: all(gone(pid) for pid in children), what="every child gone")
     assert not session_memory(gw.pid)  # nothing of this gateway's is left
+
+
+def test_light_load_is_written_at_once_not_at_a_heartbeat(tmp_path):
+    """One watcher, heartbeats an hour apart: a task's every event still arrives, so the pass
+    runs on the sequencer's wake-up (the adaptive delay stays 0 under light load), never at a
+    heartbeat. A stream that waited for one would trip the client's 10 s socket timeout."""
+    with running_gateway(workers=1, heartbeat=3600, tmp_path=tmp_path) as gw:
+        with watch(gw.port) as stream:
+            task_id = send(gw.port, "hello there")
+            assert [describe(e) for e in task_events(stream, task_id)] == DEFAULT_ORDER

@@ -9,6 +9,8 @@ import asyncio
 import socket
 import struct
 
+from hypercorn.asyncio import tcp_server
+
 from gateway.worker.hypercorn import lean
 from support import SSEStream, rpc, running_gateway, user_message, wait_for
 from test_observability import scrape
@@ -18,6 +20,7 @@ OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 
 def test_installs_on_the_pinned_hypercorn():
     assert lean.install()
+    assert tcp_server.TCPServer._read_data is lean.read_data
 
 
 def test_lean_queue_is_a_queue():

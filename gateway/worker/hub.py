@@ -20,10 +20,11 @@ import asyncio
 import socket
 import time
 
-from gateway import control_words, logs
+from gateway import config, control_words, logs
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.coalesce import next_delay
 from gateway.worker.heartbeats import Heartbeats
 from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream
@@ -31,11 +32,6 @@ from gateway.worker.window import Window
 from shm import Ring
 
 POLL_SECONDS = 0.05
-# With many streams open, a wake-up runs the pump this much later, so events written meanwhile
-# go out in the same batched write: at 100 events/s, 2 ms halves the writes for +1 ms latency.
-# With few streams, writes are cheap and the pump runs at once.
-COALESCE_SECONDS = 0.002
-COALESCE_MIN_STREAMS = 64
 
 log = logs.get("worker")
 
@@ -56,6 +52,10 @@ class Hub:
         self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.TimerHandle | None = None
+        # Adaptive coalescing (coalesce.py): the wait before the next pass after a wake-up,
+        # from how much of the loop the last pass took, and when that pass began.
+        self._delay = 0.0
+        self._pass_started = time.perf_counter()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -100,9 +100,16 @@ class Hub:
         self._schedule_sync()
 
     def _schedule_sync(self) -> None:
-        if self._pending_sync is None:
-            delay = COALESCE_SECONDS if self.open_streams >= COALESCE_MIN_STREAMS else 0.0
-            self._pending_sync = self._loop.call_later(delay, self._coalesced_sync)
+        """The next pass: after the adaptive delay, or at once when so many events already
+        wait (a burst) that a stream could near the lag limit before the pass."""
+        waiting = self.ring.head - self.window.head
+        delay = self._delay if waiting < config.COALESCE_MAX_EVENTS else 0.0
+        pending = self._pending_sync
+        if pending is not None:
+            if delay or pending.when() <= self._loop.time():
+                return  # the pass already due serves this wake-up too
+            pending.cancel()
+        self._pending_sync = self._loop.call_later(delay, self._coalesced_sync)
 
     def _coalesced_sync(self) -> None:
         self._pending_sync = None
@@ -114,6 +121,7 @@ class Hub:
 
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
+        started = time.perf_counter()
         ring, words, window = self.ring, self.ring.control, self.window
         words[control_words.ARMED + self.index] = 0
         if ring.epoch != self.epoch:
@@ -137,6 +145,8 @@ class Hub:
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
+            self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
+            self._pass_started = started
         words[control_words.ARMED + self.index] = 1
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch

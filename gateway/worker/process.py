@@ -17,6 +17,7 @@ from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker import hypercorn
 from gateway.worker.app import create_app
+from gateway.worker.heap import Trimmer
 from gateway.worker.hub import Hub
 from shm import Ring
 from shm.segment import Handle
@@ -49,11 +50,14 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
     pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
+    trimmer = Trimmer()
+    trimmer.start()
     logs.get("worker").info("worker serving", worker=index)
     try:
         await hypercorn.serve(app, config, listener, stop.wait, busier)
     finally:
         pulse.cancel()
+        trimmer.cancel()
         hub.stop()
         await control.close()
 

@@ -6,11 +6,12 @@ empty `collections.deque`s, and an empty deque is not small: it allocates its fi
 deques and an `asyncio.Event` with a fourth) and one `asyncio.Event` per connection (a fifth),
 and builds two closures per request for ASGI extensions the app never calls. Here the queue
 and the event keep their waiters and items in a list (56 bytes empty; at most
-`max_app_queue_size` items) and the two helpers are made once per loop.
+`max_app_queue_size` items) and the two helpers are made once per loop. The connection's
+read loop keeps no `wait_for` frame and no copy of the request while a stream is open.
 
 hypercorn is pinned (pyproject.toml): `install` patches only the version whose
-`TaskGroup.spawn_app` this module copies, and does nothing on any other (serving.py then
-gives every stream the plain ASGI sink).
+`TaskGroup.spawn_app` and `TCPServer._read_data` this module copies, and does nothing on any
+other (serving.py then gives every stream the plain ASGI sink).
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ import collections
 from functools import partial
 from importlib import metadata
 
+from ssl import SSLError
+
 from hypercorn.asyncio import task_group as hc_task_group
+from hypercorn.asyncio import tcp_server
 from hypercorn.asyncio.worker_context import EventWrapper, WorkerContext
+from hypercorn.events import Closed, RawData
 
 HYPERCORN_VERSION = "0.18.0"
 
@@ -58,11 +63,16 @@ class LeanQueue(asyncio.Queue):
 
 def slim_stream_protocol(writer: asyncio.StreamWriter) -> None:
     """Swap the empty deque asyncio's stream protocol keeps for `drain` waiters (760 bytes, one
-    per connection) for `Waiters`; it only appends, removes and iterates them."""
+    per connection) for `Waiters`; it only appends, removes and iterates them. And once the
+    request is read, let its reader's empty buffer go: a bytearray keeps the capacity the
+    request needed for as long as the stream is open."""
     protocol = getattr(writer, "_protocol", None)
     waiters = getattr(protocol, "_drain_waiters", None)
     if type(waiters) is collections.deque and not waiters:
         protocol._drain_waiters = Waiters()
+    reader = getattr(protocol, "_stream_reader", None)
+    if type(getattr(reader, "_buffer", None)) is bytearray and not reader._buffer:
+        reader._buffer = bytearray()
 
 
 class LeanEventWrapper(EventWrapper):
@@ -94,10 +104,30 @@ async def spawn_app(self, app, config, scope, send):
     return app_queue.put
 
 
+async def read_data(self) -> None:
+    """hypercorn 0.18.0's `TCPServer._read_data`, with no `wait_for` frame per connection when
+    there is no read timeout (the gateway sets none), and not holding the last bytes read (a
+    stream's whole request) while it waits for more."""
+    timeout = self.config.read_timeout
+    while not self.reader.at_eof():
+        try:
+            if timeout is None:
+                data = await self.reader.read(tcp_server.MAX_RECV)
+            else:
+                data = await asyncio.wait_for(self.reader.read(tcp_server.MAX_RECV), timeout)
+        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError, SSLError):
+            break
+        else:
+            await self.protocol.handle(RawData(data))
+            del data
+    await self.protocol.handle(Closed())
+
+
 def install() -> bool:
     """Patch hypercorn (this process only); False, patching nothing, on another version."""
     if metadata.version("hypercorn") != HYPERCORN_VERSION:
         return False
     hc_task_group.TaskGroup.spawn_app = spawn_app
+    tcp_server.TCPServer._read_data = read_data
     WorkerContext.event_class = LeanEventWrapper
     return True
