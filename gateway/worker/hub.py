@@ -145,8 +145,11 @@ class Hub:
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
-            self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
-            self._pass_started = started
+        # Every sync feeds the policy, idle polls included: a poll's share of the loop is about
+        # 0, so the delay a busy spell left decays to 0 within a few polls of quiet, rather
+        # than holding until the next events arrive.
+        self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
+        self._pass_started = started
         words[control_words.ARMED + self.index] = 1
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
