@@ -35,17 +35,18 @@ def relayed(method: str, status: int, payload: bytes) -> object:
                                        "and no JSON-RPC body") from None
     if not isinstance(answer, dict):
         raise RpcError(INTERNAL_ERROR, f"the upstream answered {method} with no JSON-RPC object")
-    if "error" not in answer and "result" not in answer:  # a door's refusal: RFC 9457 problem details
-        raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: "
-                                       f"{answer.get('detail', answer.get('title'))}")
     if "error" in answer:
         _raise_refusal(method, status, answer["error"])
-    return answer.get("result")
+    if "result" not in answer:  # a door's refusal: RFC 9457 problem details
+        _raise_refusal(method, status, answer.get("detail", answer.get("title")))
+    return answer["result"]
 
 
 def _raise_refusal(method: str, status: int, error: object) -> NoReturn:
-    """The upstream's JSON-RPC error, raised with its code (when it is one of ours) and message."""
-    if not isinstance(error, dict):  # an older door's refusal: {"error": "..."}
+    """The upstream's JSON-RPC error, raised with its code (when it is one of ours) and message;
+    a door's own refusal (its problem detail, or an older door's `{"error": "..."}` text) as
+    what the upstream said, with its HTTP status."""
+    if not isinstance(error, dict):
         raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
     code = error.get("code")
     raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
