@@ -77,8 +77,9 @@ class EmbeddedCapsule:
 
     # --- control operations ---
 
-    def _task(self, p: dict, key: str = "id") -> Task:
-        return self.registry.get(p.get(key), p.get("owner"), p.get("sees_all", True))
+    def _task(self, p: dict, task_id: object) -> Task:
+        """The task `task_id` as the caller the call's params `p` name sees it."""
+        return self.registry.get(task_id, p.get("owner"), p.get("sees_all", True))
 
     def _refuse_streams(self, what: str) -> None:
         if self.config.lifecycle.task_acceptance == "none":
@@ -98,7 +99,7 @@ class EmbeddedCapsule:
             except Refusal as refusal:
                 return {"rejected": refusal.task}
         else:
-            task = self.registry.get(message.task_id, p.get("owner"), p.get("sees_all", True))
+            task = self._task(p, message.task_id)
             if message.context_id is not None and message.context_id != task.context_id:
                 raise RpcError(INVALID_PARAMS, f"message.contextId is not task {task.id}'s context")
             if task.ended:
@@ -121,12 +122,12 @@ class EmbeddedCapsule:
             await asyncio.shield(waiter)
 
     async def get(self, p: dict) -> dict:
-        task = self._task(p)
+        task = self._task(p, p.get("id"))
         return {"task": task.snapshot(), "key": task.key}
 
     async def subscribe(self, p: dict) -> dict:
         self._refuse_streams("serves no task streams")
-        task = self._task(p)
+        task = self._task(p, p.get("id"))
         if task.ended:
             raise task_ended(UNSUPPORTED_OPERATION, task.id, task.state)
         return {"task": task.snapshot(), "key": task.key}
@@ -142,7 +143,7 @@ class EmbeddedCapsule:
         return {**answer, "tasks": [t.snapshot() for t in answer["tasks"]]}
 
     async def cancel(self, p: dict) -> dict:
-        task = self._task(p)
+        task = self._task(p, p.get("id"))
         if task.ended:
             raise task_ended(TASK_NOT_CANCELABLE, task.id, task.state)
         self.runner.cancel(task)
@@ -157,7 +158,7 @@ class EmbeddedCapsule:
 
     async def attachment(self, p: dict) -> dict | None:
         try:
-            task = self._task(p, "task_id")
+            task = self._task(p, p.get("task_id"))
         except RpcError:
             return None
         found = task.attachments.get(p.get("sha256"))
