@@ -19,7 +19,8 @@ from gateway import tls
 from gateway.config_values import (MAX_JSON_DEPTH, parse_hostport, parse_log_level,
                                    parse_metrics_bind, parse_nonnegative_float,
                                    parse_nonnegative_int, parse_on_off, parse_positive_float,
-                                   parse_positive_int, parse_positive_int_up_to, parse_url)
+                                   parse_positive_int, parse_positive_int_up_to, parse_networks,
+                                   parse_url)
 from gateway.control_words import MAX_WORKERS
 
 
@@ -84,6 +85,18 @@ OPTIONS: tuple[Option, ...] = (
            "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),
     Option("keyfile", str, None, "FILE", "PEM private key of --certfile"),
     Option("watch-page", parse_on_off, "on", "on|off", "serve the live watch page at GET /watch"),
+    Option("access-log", parse_on_off, "on", "on|off",
+           "one JSON line per request and per stream's end, on stderr"),
+    Option("upstream-cacert", str, None, "FILE",
+           "PEM CA certificates an https:// upstream must chain to (default: the system store)"),
+    Option("max-streams-per-client", parse_nonnegative_int, 0, "N",
+           "open streams per client address (IPv4 /32, IPv6 /64) across workers; 0: no limit (429 beyond)"),
+    Option("client-request-rate", parse_nonnegative_float, 0.0, "R",
+           "requests a second per client address to POST / and attachments; 0: off (429 beyond)"),
+    Option("client-request-burst", parse_nonnegative_float, None, "B",
+           "the per-client request bucket's size"),
+    Option("trusted-proxies", parse_networks, "", "CIDR[,CIDR...]",
+           "peers whose X-Forwarded-For or Forwarded: for= names the client"),
 )
 
 
@@ -107,6 +120,7 @@ class TokenRule:
     name: str
     sha256: str
     scopes: tuple[str, ...]
+    max_streams: int = 0  # open streams with this token across workers; 0: no limit
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,12 @@ class Config:
     certfile: str | None
     keyfile: str | None
     watch_page: bool
+    access_log: bool
+    upstream_cacert: str | None
+    max_streams_per_client: int
+    client_request_rate: float
+    client_request_burst: float | None  # None: 2 x client_request_rate
+    trusted_proxies: tuple[str, ...]
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -153,13 +173,16 @@ class Config:
             data["metrics_bind"] = tuple(data["metrics_bind"])
         data["lifecycle"] = Lifecycle(**data["lifecycle"])
         data["inference"] = Inference(**data["inference"])
+        data["trusted_proxies"] = tuple(data["trusted_proxies"])
         data["tokens"] = tuple(
-            TokenRule(t["name"], t["sha256"], tuple(t["scopes"])) for t in data["tokens"]
+            TokenRule(t["name"], t["sha256"], tuple(t["scopes"]), t["max_streams"])
+            for t in data["tokens"]
         )
         return cls(**data)
 
 
 DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn",
+                 "client-request-burst": "2 x --client-request-rate", "upstream-cacert": "system store",
                  "max-connections": "from RLIMIT_NOFILE and memory"}  # defaults found at start
 SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
 
@@ -246,7 +269,11 @@ def _tokens(data: dict) -> tuple[TokenRule, ...]:
         scopes = entry.get("scopes", [])
         if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
             raise ConfigError(f"{where} scopes: must be an array of strings")
-        rules.append(TokenRule(str(entry.get("name", f"token{i + 1}")), digest.lower(), tuple(scopes)))
+        max_streams = entry.get("max_streams", 0)
+        if not isinstance(max_streams, int) or isinstance(max_streams, bool) or max_streams < 0:
+            raise ConfigError(f"{where} max_streams: must be a whole number, 0 or more")
+        rules.append(TokenRule(str(entry.get("name", f"token{i + 1}")), digest.lower(), tuple(scopes),
+                               max_streams))
     return tuple(rules)
 
 

@@ -7,6 +7,7 @@ where the value came from around that message.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Callable
 
 
@@ -88,3 +89,18 @@ def parse_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
     return text.rstrip("/")
+
+
+def parse_networks(text: Any) -> tuple[str, ...]:
+    """A comma-separated list of CIDR ranges (a bare address is its own /32 or /128), as the
+    canonical strings of `ipaddress` networks; empty is none."""
+    items = text if isinstance(text, list) else str(text).split(",")
+    networks = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an address range (CIDR such as 10.0.0.0/8)") from None
+    return tuple(networks)
