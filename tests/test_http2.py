@@ -20,6 +20,7 @@ from gateway import tls
 from gateway.worker.hypercorn import direct
 from support import (SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message,
                      wait_for)
+from test_observability import scrape
 from tls_support import Certificates, H2Connection, accounted, lagged_frames
 
 WATCH = "murmur.WatchSession"
@@ -203,6 +204,25 @@ async def which_body(scope, receive, send):
     if body is not None:
         body.write(b"direct")
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_a_reset_stream_or_a_closed_connection_frees_its_place(certs, tmp_path):
+    """RST_STREAM ends that stream alone, a dropped connection every stream on it; heartbeats
+    are 300 s apart, so each is noticed from what the client sent, not at a write."""
+    with running_gateway(*certs.args, tls=certs.client_context(), workers=1, heartbeat=300, metrics=True,
+                         tmp_path=tmp_path) as gw:
+        opened = lambda: scrape(gw.metrics_port)['murgw_connections_open{endpoint="murmur.WatchSession"}']
+        h2 = H2Connection(gw.port, certs.client_context())
+        try:
+            streams = [h2.post(WATCH, {}, last_event_id=LIVE) for _ in range(3)]
+            h2.pump_until(lambda: all(s.events for s in streams), "every connection-ack")
+            wait_for(lambda: opened() == 3, what="three open")
+            h2.conn.reset_stream(streams[0].id)
+            h2.sock.sendall(h2.conn.data_to_send())
+            wait_for(lambda: opened() == 2, what="the reset stream's place freed")
+        finally:
+            h2.sock.close()  # no GOAWAY: as a client that was killed
+        wait_for(lambda: opened() == 0, what="every place on the closed connection freed")
 
 
 def test_direct_body_engages_on_http1_over_tls_and_never_on_http2(certs):

@@ -52,8 +52,8 @@ class DirectSink(Connection):
         return self.transport.get_write_buffer_size() > self.high_water
 
     def write(self, body: bytes) -> bool:
-        """False past the high-water mark, and when the write failed (the peer reset: a client
-        that only sent a FIN is found gone here, at the next write)."""
+        """False past the high-water mark, and when the write failed (the peer reset; a FIN is
+        noticed on the read side, http11_fixes.py)."""
         transport = self.transport
         transport.write(b"%x\r\n%b\r\n" % (len(body), body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()

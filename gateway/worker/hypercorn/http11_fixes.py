@@ -9,12 +9,14 @@
   the connection closes", and a reader may wait for EOF. A `text/event-stream` response
   keeps `connection: keep-alive` on its head (the spec's head), writes its terminating
   chunk, and then the connection closes instead of waiting for another request.
-- **A half-closed client gets its whole answer.** A client that sends its request and shuts
-  its write side (`shutdown(SHUT_WR)`) is still reading. hypercorn took that EOF for a
-  disconnect: a stream ended after its first bytes, and an idle connection lingered in
-  CLOSE-WAIT until the header timeout. Now an EOF after a whole request lets the answer
-  run to its end, then closes; an EOF on an idle connection closes it at once. A client that
-  is really gone is still seen: a write to it fails, and hypercorn's own `Closed` follows.
+- **A half-closed client gets its whole answer; a watcher's FIN is its leaving.** A client
+  that sends its request and shuts its write side (`shutdown(SHUT_WR)`) is still reading.
+  hypercorn took that EOF for a disconnect, and an idle connection lingered in CLOSE-WAIT
+  until the header timeout. Now an EOF after a whole request lets a request/response answer
+  run to its end, then closes; an EOF on an idle connection closes it at once. On an event
+  stream an EOF is the watcher leaving (a killed `curl` sends a FIN, not a reset): the stream
+  ends and frees its place at once, not at the next write to the gone client, whether the
+  EOF came before its head or after. A reset is hypercorn's own `Closed`, as before.
 
 hypercorn is pinned (pyproject.toml): serving.py installs these only on that version, after
 checking the internals they follow.
@@ -52,9 +54,12 @@ def _is_event_stream(event) -> bool:
 
 
 async def send_h11_event(self: H11Protocol, event) -> None:
-    if _is_event_stream(event):
+    opens_stream = _is_event_stream(event)
+    if opens_stream:
         self.murgw_close_after = True
     await _original_send_h11_event(self, _with_reason(event))
+    if opens_stream and getattr(self, "murgw_eof_taken", False):  # it left before its stream opened
+        await self._close_stream()
 
 
 async def maybe_recycle(self: H11Protocol) -> None:
@@ -81,13 +86,16 @@ def _peer_sent_eof(self: H11Protocol) -> bool:
 
 async def handle(self: H11Protocol, event) -> None:
     """hypercorn sends `Closed` when the read side ends; a clean EOF after a whole request is
-    a half-close: the answer runs on, and `maybe_recycle` closes after it."""
+    a half-close: the answer runs on, and `maybe_recycle` closes after it. On an event stream
+    it is the watcher leaving: the stream is closed (the app reads `http.disconnect`) at once,
+    or, when the EOF came before the stream's head, as soon as that head is sent."""
     if isinstance(event, Closed) and not getattr(self, "murgw_eof_taken", False) and _peer_sent_eof(self):
         self.murgw_eof_taken = True
         if self.stream is None:  # idle: nothing left to answer
             await self.send(Closed())
             return
-        if self.connection.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):  # the request is whole
+        if (not getattr(self, "murgw_close_after", False)  # not (yet) an event stream
+                and self.connection.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED)):  # the request is whole
             return
     await _original_handle(self, event)
 
