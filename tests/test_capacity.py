@@ -3,14 +3,21 @@ connection limit; past it a request is refused with 503 and Retry-After, and cou
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
+
+import pytest
 
 from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
 from support import SSEStream, running_gateway, wait_for
+from test_lean import reset
 from test_limits import exchange, head, refusal
 from test_observability import scrape
 
 WATCH = "murmur.WatchSession"
+OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
+CARD = head("GET", "/.well-known/agent-card.json", [])
 SOFT, HARD = 64, FD_RESERVE + 12
 
 
@@ -34,7 +41,7 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
             streams = [SSEStream(gw.port, WATCH, {}) for _ in range(limit)]
             assert all(stream.status == 200 for stream in streams)
             refused = scrape(gw.metrics_port)["murgw_requests_refused_total"]
-            answer = exchange(gw.port, head("GET", "/healthz", []), method="GET")
+            answer = exchange(gw.port, CARD, method="GET")
             assert refusal(answer, 503) and answer.headers["retry-after"] == "1"
             wait_for(lambda: scrape(gw.metrics_port)["murgw_requests_refused_total"] == refused + 1,
                      what="the refusal counted")
@@ -49,3 +56,82 @@ def test_the_connection_limit_is_the_smaller_of_descriptors_and_memory():
     assert connection_limit(20000, watchers_in(10**6), 2) == 20000 - FD_RESERVE  # descriptors bound
     assert connection_limit(10**6, watchers_in(30000), 2) == 15000  # memory bound, split over workers
     assert connection_limit(100, 0, 4) == 1  # never below one
+
+
+def half_close(stream: SSEStream) -> None:
+    """A FIN, the socket kept: the client could still read, but it has left its stream."""
+    stream.http.sock.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture(scope="module")
+def three_places(tmp_path_factory):
+    """One worker with three places; heartbeats 300 s apart, so nothing is written to a stream
+    whose client left: only its leaving can free its place within a wait's deadline."""
+    with running_gateway("--max-connections", "3", workers=1, heartbeat=300, metrics=True,
+                         tmp_path=tmp_path_factory.mktemp("places")) as gw:
+        yield gw
+
+
+@pytest.mark.parametrize("leave", [half_close, SSEStream.close, reset], ids=["fin", "fin-and-close", "reset"])
+def test_a_watcher_that_leaves_frees_its_place_at_once(three_places, leave):
+    """DECISIONS: a client's FIN on a stream, like a reset, ends the stream and frees its place
+    (a killed `curl` sends a FIN). Each case first fills the three places again, so the case
+    before it freed them all."""
+    gw = three_places
+    streams = [SSEStream(gw.port, WATCH, {}) for _ in range(3)]
+    try:
+        assert [stream.status for stream in streams] == [200] * 3
+        assert refusal(exchange(gw.port, CARD, method="GET"), 503)
+        assert exchange(gw.port, head("GET", "/healthz", []), method="GET").status == 200
+        for stream in streams:
+            leave(stream)
+        wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 0, what="every place freed")
+        wait_for(lambda: exchange(gw.port, CARD, method="GET").status == 200, what="a request served again")
+    finally:
+        for stream in streams:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+
+def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
+    """The door alone, in process: a probe whose answer cannot leave (its client reads nothing,
+    so the server's send waits) holds one of PROBES_IN_FLIGHT and none of --max-connections'
+    places; past PROBES_IN_FLIGHT a probe is refused, while a request still has its place."""
+    from gateway import config as gateway_config
+    from gateway.worker.door import PROBES_IN_FLIGHT, Admission
+
+    class Counters:
+        def add(self, *args, **kwargs):
+            pass
+
+    held, all_held, unread = [], asyncio.Event(), asyncio.Event()  # unread set: the clients read at last
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/healthz" and not unread.is_set():
+            held.append(scope)
+            if len(held) == PROBES_IN_FLIGHT:
+                all_held.set()
+            await unread.wait()
+        await send({"type": "http.response.body", "body": b""})
+
+    async def scenario() -> list:
+        door = Admission(app, gateway_config.load(["--max-connections", "1"]), Counters())
+
+        async def ask(path: str) -> int:
+            answers = []
+
+            async def send(message):
+                answers.append(message.get("status"))
+            await door({"type": "http", "path": path, "method": "GET", "headers": [], "raw_path": path.encode(),
+                        "query_string": b""}, None, send)
+            return answers[0]
+        probes = [asyncio.ensure_future(ask("/healthz")) for _ in range(PROBES_IN_FLIGHT)]
+        await all_held.wait()
+        statuses = [await ask("/healthz"), await ask("/.well-known/agent-card.json")]
+        unread.set()
+        statuses += [await asyncio.gather(*probes), await ask("/healthz")]
+        return statuses
+
+    assert asyncio.run(scenario()) == [503, 200, [200] * PROBES_IN_FLIGHT, 200]

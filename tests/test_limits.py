@@ -208,19 +208,25 @@ def test_slow_request_headers_are_closed_after_the_header_timeout(gateway):
     assert exchange(gateway.port, head("GET", "/healthz", []), method="GET").status == 200
 
 
+CARD = head("GET", "/.well-known/agent-card.json", [])
+
+
 def test_open_requests_per_worker_are_capped_with_503_and_retry_after(tmp_path):
     with running_gateway("--max-connections", "2", tmp_path=tmp_path, workers=1) as gw:
         first = SSEStream(gw.port, WATCH, {})
         second = SSEStream(gw.port, WATCH, {})
         try:
             assert first.status == second.status == 200
-            answer = exchange(gw.port, head("GET", "/healthz", []), method="GET")
+            answer = exchange(gw.port, CARD, method="GET")
             assert refusal(answer, 503) == "this worker is serving as many requests as it may; retry shortly"
             assert answer.headers["retry-after"] == "1" and answer.headers["connection"] == "close"
+            # DECISIONS: a probe is never refused for load; it holds none of the places
+            assert exchange(gw.port, head("GET", "/healthz", []), method="GET").status == 200
+            assert exchange(gw.port, head("GET", "/readyz", []), method="GET").status == 200
+            assert refusal(exchange(gw.port, CARD, method="GET"), 503)
         finally:
             first.close()
-        wait_for(lambda: exchange(gw.port, head("GET", "/healthz", []), method="GET").status == 200,
-                 what="a slot to free up")
+        wait_for(lambda: exchange(gw.port, CARD, method="GET").status == 200, what="a slot to free up")
         second.close()
 
 

@@ -2,7 +2,8 @@
 
 `POST /` is a raw ASGI endpoint (streams need one batched send per wake-up, which
 Starlette's StreamingResponse does not give). Every request first passes `Admission`:
-503 + Retry-After (the worker's open requests at --max-connections) and 431 (more than
+503 + Retry-After (the worker's open requests at --max-connections; the probes have a bound
+of their own) and 431 (more than
 --max-headers lines, or a head over --max-header-bytes). Then, on `POST /`:
 404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
 from the head: the body is then only drained, never parsed -> 413 (body over

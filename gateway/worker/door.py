@@ -26,6 +26,11 @@ CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 RETRY_AFTER_SECONDS = 1
 RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
+# Liveness and readiness: never refused for load, so they hold none of --max-connections'
+# places. Each is answered at once, so more than a few in flight on one worker is a flood
+# (clients that pipeline probes and never read the answers), bounded on its own.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+PROBES_IN_FLIGHT = 16
 
 
 class Refused(Exception):
@@ -186,7 +191,8 @@ def nests_deeper(value: object, limit: int) -> bool:
 class Admission:
     """What every request passes before any route: the worker's open-request limit and the head
     limits. The server bounds what it buffers of an unfinished head (hypercorn/serving.py);
-    this checks the finished head, so a refusal can say which limit it was."""
+    this checks the finished head, so a refusal can say which limit it was. A probe counts
+    apart from the open requests, under its own bound (PROBES_IN_FLIGHT)."""
 
     def __init__(self, app, config: Config, counters: Counters, rpc=None):
         self.app, self.config, self.counters = app, config, counters
@@ -194,6 +200,7 @@ class Admission:
         # nothing else): an open stream then holds no frames or closures of theirs.
         self.rpc = rpc
         self.open = 0
+        self.probes = 0  # probes in flight, apart from `open` (PROBE_PATHS)
 
     def _refusal(self, scope: dict) -> Refused | None:
         headers = scope["headers"]
@@ -203,7 +210,11 @@ class Admission:
             len(name) + len(value) for name, value in headers)
         if size > self.config.max_header_bytes:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
-        if self.open >= self.config.max_connections:
+        if scope["path"] in PROBE_PATHS:
+            if self.probes >= PROBES_IN_FLIGHT:
+                return Refused(503, f"this worker is answering {PROBES_IN_FLIGHT} probes already; retry shortly",
+                               [RETRY_AFTER, CLOSE])
+        elif self.open >= self.config.max_connections:
             return Refused(503, "this worker is serving as many requests as it may; retry shortly",
                            [RETRY_AFTER, CLOSE])
         return None
@@ -220,6 +231,13 @@ class Admission:
         if refusal is not None:
             self.counters.add("requests_refused")
             await refusal.send(send)
+            return
+        if scope["path"] in PROBE_PATHS:
+            self.probes += 1
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.probes -= 1
             return
         self.open += 1
         to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
