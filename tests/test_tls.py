@@ -3,6 +3,7 @@ gateway with a throwaway CA; refusals of a bad pair at start; `mur watch https:/
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import sys
 import httpx
 import pytest
 
-from support import ROOT, SSEStream, describe, is_terminal_event, running_gateway, task_id_of, user_message
+from support import (ROOT, SSEStream, describe, is_terminal_event, problem_detail, running_gateway, task_id_of,
+                     user_message)
 from tls_support import Certificates, accounted, lagged_frames
 
 
@@ -44,9 +46,21 @@ def test_client_without_the_ca_refuses_the_certificate(gateway):
         httpx.get(f"https://127.0.0.1:{gateway.port}/healthz", verify=ssl.create_default_context())
 
 
-def test_plain_http_on_a_tls_door_gets_no_answer(gateway):
-    with pytest.raises(httpx.RemoteProtocolError):
-        httpx.get(f"http://127.0.0.1:{gateway.port}/healthz")
+def test_plain_http_on_a_tls_door_is_answered_400_in_plain_http_then_closed(gateway):
+    """As nginx does: the answer names the mistake, in the protocol the client spoke."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(65536):  # to the server's close (a hang fails on the timeout)
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status, *lines = head.decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    assert status == "HTTP/1.1 400 Bad Request" and headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(body)
+    assert "this port speaks HTTPS" in problem_detail(400, headers, body)
+    answer = httpx.get(f"http://127.0.0.1:{gateway.port}/", headers={"A2A-Version": "1.0"})
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("this port speaks HTTPS")
 
 
 def test_direct_body_stream_over_tls_http1(gateway, certs):
@@ -165,7 +179,6 @@ def test_tls_server_accepts_in_bursts(certs):
     """hypercorn's TLS server on the inherited socket is the burst accept loop, which wraps
     each accepted socket in TLS itself: a verifying client completes a request through it."""
     import asyncio
-    import socket
 
     from gateway.worker.hypercorn.accept import BurstServer, Loop
 

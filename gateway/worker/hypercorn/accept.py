@@ -12,8 +12,9 @@ asks for on the inherited listening socket) is a `BurstServer`, which watches th
 itself and, each time it is readable, accepts up to ACCEPT_BURST connections, stopping at the
 first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
 TCP transport (TCP_NODELAY included) and the same protocol libuv's server would have made.
-Both workers still wait on the one shared accept queue, so a stopped worker's share is taken
-by the others (tests/test_faults.py).
+On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
+plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
+queue, so a stopped worker's share is taken by the others (tests/test_faults.py).
 
 Balance: every worker idle in epoll is woken for a new connection and the first to run takes
 it, so on an idle gateway one worker could take every stream (measured: 30 of 30). A worker
@@ -31,6 +32,7 @@ import socket
 import uvloop
 
 from gateway import logs
+from gateway.worker.hypercorn import plain_http
 
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
@@ -95,7 +97,14 @@ class BurstServer:
 
     async def _connect(self, conn: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn, **self._tls)
+            tls = self._tls
+            if tls:  # plain HTTP is answered 400 here instead of failing the handshake
+                left = await plain_http.tls_time_left(self._loop, conn, tls["ssl_handshake_timeout"]
+                                                      or asyncio.constants.SSL_HANDSHAKE_TIMEOUT)
+                if left is None:
+                    return
+                tls = {**tls, "ssl_handshake_timeout": left}
+            await self._loop.connect_accepted_socket(self._factory, conn, **tls)
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
             conn.close()
