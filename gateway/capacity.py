@@ -47,16 +47,19 @@ def memory_available() -> int:
     return available
 
 
-def default_max_connections(workers: int) -> int:
-    """Connections per worker this process's descriptors and the memory allow."""
+def default_max_connections(workers: int) -> tuple[int, str]:
+    """Connections per worker this process's descriptors and the memory allow, and which of
+    the two binds ("descriptors" or "memory")."""
     return connection_limit(resource.getrlimit(resource.RLIMIT_NOFILE)[0], memory_available(), workers)
 
 
-def connection_limit(nofile: int, memory: int, workers: int) -> int:
-    """Per worker: the smaller of `nofile` less the reserve and its share of `memory`."""
-    by_fds = nofile - FD_RESERVE
-    by_memory = int(memory * MEMORY_SHARE) // PLAN_BYTES_PER_WATCHER // max(1, workers)
-    return max(1, min(by_fds, by_memory))
+def connection_limit(nofile: int, memory: int, workers: int) -> tuple[int, str]:
+    """Per worker: the smaller of `nofile` less the reserve and its share of `memory`, and
+    which of the two it is (the start-up banner says it, docs/sizing.md says what to raise)."""
+    allowed = {"descriptors": nofile - FD_RESERVE,
+               "memory": int(memory * MEMORY_SHARE) // PLAN_BYTES_PER_WATCHER // max(1, workers)}
+    binding = min(allowed, key=allowed.__getitem__)
+    return max(1, allowed[binding]), binding
 
 
 def _meminfo_bytes(key: str) -> int:

@@ -17,7 +17,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return supervisor.run(config)
-    except OSError as exc:  # the address is taken, no memory for the segments, ...
+    except config_module.ConfigError as exc:  # an address that cannot be bound
+        print(f"mur-gateway: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # no memory for the segments, ...
         print(f"mur-gateway: {exc}", file=sys.stderr)
         return 1
     except RuntimeError as exc:  # the platform check

@@ -1,16 +1,20 @@
 """The exporter process: `/metrics` for Prometheus, summing every process's counter block.
 
-Scrapes run here, never in a worker, so a scrape never steals a worker's CPU.
+Scrapes run here, never in a worker, so a scrape never steals a worker's CPU. The listening
+socket is the supervisor's, bound before any child starts (so a port that cannot be bound
+stops the start with one line) and handed to each exporter it starts: a replaced exporter
+serves on the same address, and scrapes that arrive meanwhile wait in its accept queue.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
-from multiprocessing.connection import Connection
+from http.server import ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, MetricsHandler
 
 from gateway import control_words, metrics, procstat
 from shm import CounterBlocks, Ring
@@ -48,15 +52,27 @@ class GatewayCollector:
         yield rss
 
 
-def main(host: str, port: int, ring_segment: Handle, counters_segment: Handle, ready: Connection) -> None:
+class MetricsServer(ThreadingHTTPServer):
+    """prometheus-client's handler over a socket that is bound and listening already."""
+
+    daemon_threads = True
+
+    def __init__(self, listener: socket.socket, registry: CollectorRegistry):
+        super().__init__(listener.getsockname()[:2], MetricsHandler.factory(registry),
+                         bind_and_activate=False)
+        self.socket.close()  # the one socketserver made; the supervisor's serves instead
+        self.socket = listener
+
+
+def main(listener: socket.socket, ring_segment: Handle, counters_segment: Handle) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ring = Ring.attach(ring_segment)
     blocks = CounterBlocks.attach(counters_segment)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(blocks, ring))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    ready.send(server.server_address[1])
+    server = MetricsServer(listener, registry)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     stop.wait()
     server.shutdown()

@@ -27,6 +27,8 @@ import os
 import signal
 from typing import Any, Callable
 
+from gateway import proctitle
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -39,7 +41,9 @@ def bind_to_parent(supervisor_pid: int) -> None:
         os._exit(1)
 
 
-def child_main(supervisor_pid: int, target: Callable[..., Any], *args: Any) -> None:
-    """A child's entry point (spawn context): bound to the supervisor, then `target(*args)`."""
+def child_main(supervisor_pid: int, role: str, target: Callable[..., Any], *args: Any) -> None:
+    """A child's entry point (spawn context): bound to the supervisor, named after its role
+    (proctitle.py), then `target(*args)`."""
     bind_to_parent(supervisor_pid)
+    proctitle.name(role)
     target(*args)

@@ -40,6 +40,7 @@ COUNTERS = {
     "replays": ("counter", "Stream openings by replay outcome.", "outcome", REPLAY_OUTCOMES),
     "heartbeats": ("counter", "Heartbeats written.", None, ()),
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
+    "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests answered with an HTTP or JSON-RPC refusal.", None, ()),
     "pid": ("pid", "The block owner's process id (read by the exporter, not exported).", None, ()),
 }

@@ -6,11 +6,16 @@ cannot hand a worker its ring and wake-up socket (docs/architecture.md). Process
 the spawn context; each worker gets the listening socket, its wake-up socket and the segments'
 handles (memfds). Every child dies with the supervisor, however it dies (lifeline.py).
 
+Both listening sockets, the clients' and the metrics', are bound here before any child
+starts: an address that cannot be bound stops the start with one line naming its option
+(exit 2), and a replaced child serves on the same socket.
+
 A worker that dies is replaced in the same slot (same wake-up socket, its counters folded
-into the retired totals); the other workers and their streams are untouched. If the
-sequencer dies the session is over: the supervisor drains everything and exits 1, so an
-orchestrator restarts the gateway and clients reconnect into a new session. A worker whose
-event loop stops turning is killed and replaced the same way (stall.py).
+into the retired totals); the other workers and their streams are untouched. An exporter
+that dies is replaced too, on the same metrics socket. If the sequencer dies the session is
+over: the supervisor drains everything and exits 1, so an orchestrator restarts the gateway
+and clients reconnect into a new session. A worker whose event loop stops turning is killed
+and replaced the same way (stall.py).
 """
 
 from __future__ import annotations
@@ -25,23 +30,27 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import capacity, control_words, exporter, lifeline, logs, metrics, sequencer, stall, tls
-from gateway.config import Config
+from gateway import banner, capacity, control_words, exporter, lifeline, logs, metrics, proctitle, sequencer
+from gateway import stall, tls
+from gateway.config import Config, ConfigError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
-READY_TIMEOUT = 30.0
+METRICS_BACKLOG = 64
 WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
 
 
-def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
-    """The one listening socket every worker accepts on. One shared accept queue, not a
-    SO_REUSEPORT socket per worker: reuseport balances new connections better (20/20 against
-    28/12 measured), but pins 1/N of them to a worker that is stopped or hung, where they wait;
-    a shared queue lets the other workers take them (tests/test_faults.py).
+def listening_socket(host: str, port: int, backlog: int, option: str = "bind") -> socket.socket:
+    """The one listening socket every worker accepts on (`option` "bind"), or the exporter's
+    ("metrics-bind"); an address that cannot be bound is a ConfigError naming the option.
+
+    One shared accept queue, not a SO_REUSEPORT socket per worker: reuseport balances new
+    connections better (20/20 against 28/12 measured), but pins 1/N of them to a worker that
+    is stopped or hung, where they wait; a shared queue lets the other workers take them
+    (tests/test_faults.py).
 
     `backlog` (--listen-backlog, net.core.somaxconn by default) is how many connections the
     kernel holds, handshake done, until a worker accepts one. Beyond it the kernel drops the
@@ -52,9 +61,15 @@ def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # A stalled reader falls behind (and lags) after ~16 KiB unsent, not after megabytes.
-    sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
-    sock.bind((host, port))
+    if option == "bind":
+        # A stalled reader falls behind (and lags) after ~16 KiB unsent, not after megabytes.
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"--{option} {url_host(host)}:{port}: {reason[:1].lower()}{reason[1:]}") from None
     sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
@@ -62,6 +77,11 @@ def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
 
 def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{scheme}://{url_host(host)}:{port}{path}"
 
 
 class Supervisor:
@@ -73,16 +93,25 @@ class Supervisor:
         if config.listen_backlog is not None and backlog < config.listen_backlog:
             self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
                              configured=config.listen_backlog, backlog=backlog)
-        soft_before, hard = capacity.raise_nofile()  # before any child: they inherit it
+        soft_before, self.descriptors = capacity.raise_nofile()  # before any child: they inherit it
+        if soft_before != self.descriptors:
+            self.log.info("descriptor limit raised", soft_before=soft_before, soft=self.descriptors,
+                          hard=self.descriptors)
+        self.capacity_bound = "--max-connections"
         if config.max_connections is None:
-            limit = capacity.default_max_connections(config.workers)
+            limit, self.capacity_bound = capacity.default_max_connections(config.workers)
             config = dataclasses.replace(config, max_connections=limit)
-        self.log.info("descriptor limit raised", soft_before=soft_before, soft=hard, hard=hard,
-                      max_connections=config.max_connections)
         config = dataclasses.replace(config, listen_backlog=backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         self.listener = listening_socket(*config.bind, config.listen_backlog)
+        self.metrics_listener: socket.socket | None = None
+        if config.metrics_bind is not None:
+            try:
+                self.metrics_listener = listening_socket(*config.metrics_bind, METRICS_BACKLOG, "metrics-bind")
+            except ConfigError:
+                self.listener.close()
+                raise
         # Segments are memfds and the control socket is abstract: nothing has a path, so
         # nothing can outlive the processes, whatever kills them (shm.segment, lifeline).
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
@@ -101,40 +130,46 @@ class Supervisor:
         self.restarts = 0
         self.stalls = stall.StallWatch(self.ring.control, config.worker_stall_timeout)
         self.stopping = False
+        # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
+        os.set_blocking(self._signal_r, False)
         os.set_blocking(self._signal_w, False)
 
-    def _child(self, name: str, target, *args) -> multiprocessing.Process:
-        """A started child process, bound to live no longer than this one (lifeline)."""
-        proc = self.ctx.Process(target=lifeline.child_main, name=name, args=(os.getpid(), target, *args))
+    def _child(self, role: str, target, *args) -> multiprocessing.Process:
+        """A started child process, named after its role (proctitle.py) and bound to live no
+        longer than this one (lifeline.py)."""
+        proc = self.ctx.Process(target=lifeline.child_main, name=proctitle.PREFIX + role,
+                                args=(os.getpid(), role, target, *args))
         proc.start()
         return proc
 
     def _start_worker(self, index: int) -> None:
         self.workers[index] = self._child(
-            f"murgw-worker-{index}", worker_process.main, self.config_dict, index, self.listener,
+            f"worker {index}", worker_process.main, self.config_dict, index, self.listener,
             self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
         self.stalls.started(index, time.monotonic())
 
+    def _start_exporter(self) -> None:
+        self.exporter = self._child("exporter", exporter.main, self.metrics_listener,
+                                    self.ring.handle, self.blocks.handle)
+
     def start(self) -> None:
         self.sequencer = self._child(
-            "murgw-sequencer", sequencer.main, self.config_dict, self.ring.handle, self.blocks.handle,
+            "sequencer", sequencer.main, self.config_dict, self.ring.handle, self.blocks.handle,
             self.control_path, [send_end for send_end, _ in self.wake])
         for index in range(self.config.workers):
             self._start_worker(index)
-        host, port = self.listener.getsockname()[:2]
-        self.log.info("listening", port=port, backlog=self.config.listen_backlog, workers=self.config.workers)
         scheme = "https" if tls.enabled(self.config.certfile, self.config.keyfile) else "http"
-        print(f"listening on {scheme}://{url_host(host)}:{port}", flush=True)
-        if self.config.metrics_bind is not None:
-            parent, child = self.ctx.Pipe(duplex=False)
-            mhost, mport = self.config.metrics_bind
-            self.exporter = self._child("murgw-exporter", exporter.main, mhost, mport,
-                                        self.ring.handle, self.blocks.handle, child)
-            if parent.poll(READY_TIMEOUT):
-                print(f"metrics on http://{url_host(mhost)}:{parent.recv()}/metrics", flush=True)
-            else:
-                self.log.error("the metrics exporter did not start")
+        listening = url_of(self.listener, scheme)
+        print(f"listening on {listening}", flush=True)
+        metrics_url = None
+        if self.metrics_listener is not None:
+            self._start_exporter()
+            metrics_url = url_of(self.metrics_listener, "http", "/metrics")
+            print(f"metrics on {metrics_url}", flush=True)
+        self.log.info("listening", **banner.fields(
+            self.config, listening=listening, metrics=metrics_url,
+            capacity_bound=self.capacity_bound, descriptors=self.descriptors))
 
     def on_signal(self, signum, frame) -> None:
         self.stopping = True
@@ -146,8 +181,12 @@ class Supervisor:
     def watch(self) -> int:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
+            # Every dead child found below is replaced (a new sentinel) or ends the loop, so
+            # no sentinel in this list stays ready from one turn to the next.
             procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
-            wait([p.sentinel for p in procs] + [self._signal_r], timeout=WATCH_SECONDS)
+            ready = wait([p.sentinel for p in procs] + [self._signal_r], timeout=WATCH_SECONDS)
+            if self._signal_r in ready:
+                self._drain_signal_pipe()
             if self.stopping:
                 break
             if not self.sequencer.is_alive():
@@ -157,13 +196,29 @@ class Supervisor:
             self._kill_stuck_workers()
             for index, proc in enumerate(self.workers):
                 if proc is not None and not proc.is_alive():
-                    self.restarts += 1
-                    self.log.warning("worker died; replacing it", worker=index, exitcode=proc.exitcode,
-                                     restarts=self.restarts)
+                    self._replacing("worker", proc, "worker_restarts", worker=index)
                     metrics.retire_worker(self.blocks, index)
-                    self.counters.add("worker_restarts")
                     self._start_worker(index)
+            if self.exporter is not None and not self.exporter.is_alive():
+                self._replacing("exporter", self.exporter, "exporter_restarts")
+                self._start_exporter()
         return 0
+
+    def _drain_signal_pipe(self) -> None:
+        """Empty the wake-up pipe, which would otherwise stay readable (and wait() return at
+        once) after any signal that does not stop the gateway."""
+        try:
+            while os.read(self._signal_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _replacing(self, role: str, dead: multiprocessing.Process, counter: str, **fields) -> None:
+        """Log and count a dead child that is about to be replaced."""
+        self.restarts += 1
+        self.counters.add(counter)
+        self.log.warning(f"{role} died; replacing it", exitcode=dead.exitcode, restarts=self.restarts,
+                         **{f"{role}_pid": dead.pid}, **fields)
 
     def _kill_stuck_workers(self) -> None:
         """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
@@ -194,6 +249,8 @@ class Supervisor:
                 proc.kill()
                 proc.join(1.0)
         self.listener.close()
+        if self.metrics_listener is not None:
+            self.metrics_listener.close()
         for pair in self.wake:
             for end in pair:
                 end.close()
@@ -204,6 +261,7 @@ class Supervisor:
 def run(config: Config) -> int:
     check_platform()
     logs.setup(config.log_level)
+    proctitle.name("supervisor")
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)

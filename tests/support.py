@@ -93,7 +93,8 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
     with open(stderr_path, "wb") as err:
         limits = None if nofile is None else (
             lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
+        # Unbuffered: _read_addresses selects on the pipe, so no line may wait in a buffer.
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, bufsize=0,
                                 env={**os.environ, **(env or {})}, preexec_fn=limits)
     children: list[int] = []
     try:

@@ -32,8 +32,10 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
     with running_gateway(workers=1, metrics=True, nofile=(SOFT, HARD), tmp_path=tmp_path) as gw:
         logged = next(rec for rec in gw.logs() if rec.get("event") == "descriptor limit raised")
         assert (logged["soft_before"], logged["soft"], logged["hard"]) == (SOFT, HARD, HARD)
-        limit = logged["max_connections"]
+        banner = next(rec for rec in gw.logs() if rec.get("event") == "listening")
+        limit = banner["max_connections_per_worker"]
         assert limit == HARD - FD_RESERVE  # descriptors, not memory, are the bound here
+        assert (banner["capacity_bound"], banner["descriptors"]) == ("descriptors", HARD)
         worker = wait_for(lambda: gw.worker_pids().get(0), what="the worker")
         assert open_files_limit(gw.pid) == open_files_limit(worker) == (HARD, HARD)
         streams = []
@@ -53,9 +55,9 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
 
 def test_the_connection_limit_is_the_smaller_of_descriptors_and_memory():
     watchers_in = lambda n: int(n * PLAN_BYTES_PER_WATCHER / MEMORY_SHARE)  # memory for n watchers
-    assert connection_limit(20000, watchers_in(10**6), 2) == 20000 - FD_RESERVE  # descriptors bound
-    assert connection_limit(10**6, watchers_in(30000), 2) == 15000  # memory bound, split over workers
-    assert connection_limit(100, 0, 4) == 1  # never below one
+    assert connection_limit(20000, watchers_in(10**6), 2) == (20000 - FD_RESERVE, "descriptors")
+    assert connection_limit(10**6, watchers_in(30000), 2) == (15000, "memory")  # split over workers
+    assert connection_limit(10**6, 0, 4) == (1, "memory")  # never below one
 
 
 def half_close(stream: SSEStream) -> None:

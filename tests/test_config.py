@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gateway import config
-from support import ROOT, session_memory
+from support import ROOT
 
 
 def test_defaults_are_the_interfaces():
@@ -95,20 +95,3 @@ def test_every_option_default_is_written_once():
     for opt in config.OPTIONS:
         assert opt.attr in fields, opt.name
         assert fields[opt.attr].default is dataclasses.MISSING, opt.name
-
-
-def test_an_address_in_use_exits_1_and_leaves_nothing_in_dev_shm():
-    import socket
-
-    with socket.create_server(("127.0.0.1", 0)) as taken:
-        port = taken.getsockname()[1]
-        proc = subprocess.Popen([sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}",
-                                 "--metrics-bind", "off"], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            _, stderr = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-    assert proc.returncode == 1
-    assert stderr.strip().splitlines()[-1].startswith("mur-gateway: [Errno 98]")
-    assert not session_memory(proc.pid)

@@ -1,0 +1,62 @@
+"""The start-up banner: one log line that says what this gateway is.
+
+An operator reads from its first line which build runs, whether it serves the embedded
+capsule or fronts one (and which), how many watchers it can hold and what bounds that
+(descriptors or memory: docs/sizing.md says what to raise), whether the door is public,
+whether it speaks TLS and where its metrics are. Nothing secret goes in it: the upstream's
+URL loses its userinfo and query, and tokens are only counted.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from urllib.parse import urlsplit, urlunsplit
+
+from gateway import tls
+from gateway.config import Config
+
+DISTRIBUTION = "murmur-gateway"
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a tree never installed)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def shown_url(url: str) -> str:
+    """`url` without userinfo (``user:password@``), query or fragment, which may hold secrets."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def door(config: Config) -> str:
+    """"public", or how many tokens the door knows."""
+    count = len(config.tokens)
+    if count == 0:
+        return "public"
+    return f"{count} token{'s' if count != 1 else ''}"
+
+
+def fields(config: Config, *, listening: str, metrics: str | None, capacity_bound: str,
+           descriptors: int) -> dict:
+    """The banner's fields. `config.max_connections` is resolved (per worker); `capacity_bound`
+    says what set it: "descriptors", "memory" or "--max-connections"."""
+    mode = {"mode": "embedded"} if config.upstream is None else {
+        "mode": "upstream", "upstream": shown_url(config.upstream)}
+    return {
+        "version": version(),
+        **mode,
+        "listening": listening,
+        "workers": config.workers,
+        "max_connections_per_worker": config.max_connections,
+        "capacity": config.workers * config.max_connections,
+        "capacity_bound": capacity_bound,
+        "descriptors": descriptors,
+        "backlog": config.listen_backlog,
+        "door": door(config),
+        "tls": "on" if tls.enabled(config.certfile, config.keyfile) else "off",
+        "metrics": metrics or "off",
+    }
