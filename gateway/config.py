@@ -252,6 +252,8 @@ def read_file(path: str) -> dict:
                           f"offset {exc.start}); a TOML file is UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError(f"--config {path}: not valid TOML: nested too deeply") from None
     options = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
     for key, value in data.items():
         if key in TABLES or key in options:

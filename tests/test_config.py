@@ -170,11 +170,16 @@ def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, t
     assert refusal("--config", str(path)) == line.format(MAX_WORKERS=MAX_WORKERS)
 
 
-def test_a_file_that_is_not_utf8_is_one_line(tmp_path):
-    path = tmp_path / "latin1.toml"
-    path.write_bytes('[lifecycle]\nconversation = "stateless" # caf\u00e9\n'.encode("latin-1"))
-    assert refusal("--config", str(path)) == (
-        f"--config {path}: not UTF-8 text (byte 0xe9 at offset 44); a TOML file is UTF-8")
+@pytest.mark.parametrize("content, problem", [
+    ('[lifecycle]\nconversation = "stateless" # caf\u00e9\n'.encode("latin-1"),
+     "not UTF-8 text (byte 0xe9 at offset 44); a TOML file is UTF-8"),
+    (b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "not valid TOML: nested too deeply"),
+    (b"this is = not toml\n", "not valid TOML: "),  # then tomllib's words, which vary by version
+])
+def test_a_file_that_cannot_be_read_as_toml_is_one_line(tmp_path, content, problem):
+    path = tmp_path / "gw.toml"
+    path.write_bytes(content)
+    assert refusal("--config", str(path)).startswith(f"--config {path}: {problem}")
 
 
 def test_a_whole_file_with_every_table_loads(tmp_path):
