@@ -2,8 +2,10 @@
 
 A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
 ``--config`` TOML file, else the default (README "Options"). A value that does not parse is a
-``ConfigError`` whose message names the option and where the value came from; the CLI prints
-it on one line and exits 2.
+``ConfigError`` whose message names the option and where the value came from, and says what it
+accepts; the CLI prints it on one line and exits 2. The file is strict: a table or key not
+known here is refused the same way, since a misspelt one would otherwise be ignored (and in
+``[network.authentication]`` a typo would open the door).
 """
 
 from __future__ import annotations
@@ -345,6 +347,9 @@ def token_rules(data: dict) -> tuple[TokenRule, ...]:
         return ()
     auth = _table(network, "network.authentication", ("tokens",))
     entries = auth.get("tokens")
+    if isinstance(entries, dict):
+        raise ConfigError("config [network.authentication.tokens]: one table, where each token is an "
+                          "entry of the array [[network.authentication.tokens]] (two brackets)")
     if not isinstance(entries, list) or not entries:
         raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]]; "
                           "remove the table for a public door")

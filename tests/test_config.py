@@ -122,6 +122,9 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
      "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens"),
     (f"[[network.authenticaton.tokens]]\n{TOKEN}",
      "config [network.authenticaton]: unknown table; [network] takes authentication"),
+    (f"[network.authentication.tokens]\n{TOKEN}",
+     "config [network.authentication.tokens]: one table, where each token is an entry of the array "
+     "[[network.authentication.tokens]] (two brackets)"),
     ("[network.authentication]\ntokens = []\n",
      "config [network.authentication]: declares no [[network.authentication.tokens]]; "
      "remove the table for a public door"),
