@@ -10,8 +10,8 @@ from gateway import config as config_module
 def main(argv: list[str] | None = None) -> int:
     try:
         config = config_module.load(argv)
-    except config_module.ConfigError as exc:
-        print(f"mur-gateway: {exc}", file=sys.stderr)
+    except config_module.ConfigError as exc:  # one line, whatever the message quoted
+        print("mur-gateway: " + " ".join(str(exc).splitlines()), file=sys.stderr)
         return 2
     from gateway import supervisor
 

@@ -2,26 +2,30 @@
 
 A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
 ``--config`` TOML file, else the default (README "Options"). A value that does not parse is a
-``ConfigError`` whose message names the option and where the value came from; the CLI prints
-it on one line and exits 2.
+``ConfigError`` whose message names the option and where the value came from, and says what it
+accepts; the CLI prints it on one line and exits 2. The file is strict: a table or key not
+known here is refused the same way, since a misspelt one would otherwise be ignored (and in
+``[network.authentication]`` a typo would open the door).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway import tls
-from gateway.config_values import (MAX_JSON_DEPTH, parse_hostport, parse_log_level,
-                                   parse_metrics_bind, parse_nonnegative_float,
-                                   parse_nonnegative_int, parse_on_off, parse_positive_float,
-                                   parse_positive_int, parse_positive_int_up_to, parse_networks,
-                                   parse_url)
+from gateway import tls, version
+from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport, parse_log_level,
+                                   parse_metrics_bind, parse_networks, parse_nonnegative_float,
+                                   parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
+                                   parse_positive_int, parse_positive_seconds, parse_text, parse_url,
+                                   shown, whole_number)
 from gateway.control_words import MAX_WORKERS
+from gateway.protocol.activation import METHODS
 
 
 class ConfigError(ValueError):
@@ -48,13 +52,13 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("bind", parse_hostport, "127.0.0.1:52222", "HOST:PORT",
            "where clients connect; port 0 picks a free port"),
-    Option("workers", parse_positive_int_up_to(MAX_WORKERS, " (the ring has control words for that many)"),
+    Option("workers", whole_number(1, MAX_WORKERS, " (the ring has control words for that many)"),
            None, "N", f"worker processes, at most {MAX_WORKERS}"),
     Option("metrics-bind", parse_metrics_bind, "127.0.0.1:9464", "HOST:PORT",
            "the Prometheus /metrics endpoint, or 'off'"),
-    Option("heartbeat-interval", parse_positive_float, 15.0, "SECONDS", "heartbeat period"),
+    Option("heartbeat-interval", parse_positive_seconds, 15.0, "SECONDS", "heartbeat period"),
     Option("upstream", parse_url, None, "URL", "front a real capsule at URL"),
-    Option("upstream-token", str, None, "TOKEN", "bearer token presented upstream"),
+    Option("upstream-token", parse_text, None, "TOKEN", "bearer token presented upstream"),
     Option("sim-load", parse_nonnegative_float, 0.0, "RATE",
            "embedded capsule: text frames per second on a long-lived task"),
     Option("sim-load-size", parse_nonnegative_int, 0, "BYTES", "pad each load frame to BYTES"),
@@ -64,7 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-header-bytes", parse_positive_int, 16384, "BYTES",
            "largest request head: target plus header names and values (431 beyond)"),
     Option("max-headers", parse_positive_int, 100, "N", "most request header lines (431 beyond)"),
-    Option("max-json-depth", parse_positive_int_up_to(MAX_JSON_DEPTH), 32, "LEVELS",
+    Option("max-json-depth", whole_number(1, MAX_JSON_DEPTH), 32, "LEVELS",
            "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
     Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
            "longest JSON-RPC string id (-32600 beyond)"),
@@ -73,21 +77,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("listen-backlog", parse_positive_int, None, "N",
            "accept queue of the listening socket: connections the kernel holds until a worker "
            "accepts one (never more than net.core.somaxconn)"),
-    Option("header-timeout", parse_positive_float, 10.0, "SECONDS",
+    Option("header-timeout", parse_positive_seconds, 10.0, "SECONDS",
            "a connection that has not sent a whole request head (slow headers, idle keep-alive) "
            "is closed after this"),
-    Option("body-timeout", parse_positive_float, 30.0, "SECONDS",
+    Option("body-timeout", parse_positive_seconds, 30.0, "SECONDS",
            "a request body not received in full within this is answered 408"),
-    Option("worker-stall-timeout", parse_nonnegative_float, 5.0, "SECONDS",
+    Option("worker-stall-timeout", parse_nonnegative_seconds, 5.0, "SECONDS",
            "a worker whose event loop has not turned for this long is killed and replaced "
            "(0: never; a stopped worker, SIGSTOP, is left alone)"),
-    Option("certfile", str, None, "FILE",
+    Option("certfile", parse_text, None, "FILE",
            "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),
-    Option("keyfile", str, None, "FILE", "PEM private key of --certfile"),
+    Option("keyfile", parse_text, None, "FILE", "PEM private key of --certfile"),
     Option("watch-page", parse_on_off, "on", "on|off", "serve the live watch page at GET /watch"),
     Option("access-log", parse_on_off, "on", "on|off",
            "one JSON line per request and per stream's end, on stderr"),
-    Option("upstream-cacert", str, None, "FILE",
+    Option("upstream-cacert", parse_text, None, "FILE",
            "PEM CA certificates an https:// upstream must chain to (default: the system store)"),
     Option("max-streams-per-client", parse_nonnegative_int, 0, "N",
            "open streams per client address (IPv4 /32, IPv6 /64) across workers; 0: no limit (429 beyond)"),
@@ -100,19 +104,24 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+def _setting(default: Any, parse: Parser) -> Any:
+    """A TOML table's key: its default, and the parser its value must pass (`_section`)."""
+    return field(default=default, metadata={"parse": parse})
+
+
 @dataclass(frozen=True)
 class Lifecycle:
-    task_acceptance: str = "queue"
-    max_queued_tasks: int = 64
-    max_running_tasks: int = 16
-    conversation: str = "stateless"
-    max_task_reopens: int = 3
+    task_acceptance: str = _setting("queue", one_of(("queue", "none")))
+    max_queued_tasks: int = _setting(64, parse_nonnegative_int)
+    max_running_tasks: int = _setting(16, parse_positive_int)
+    conversation: str = _setting("stateless", one_of(("stateless", "threaded")))
+    max_task_reopens: int = _setting(3, parse_nonnegative_int)
 
 
 @dataclass(frozen=True)
 class Inference:
-    transport: str = "http"
-    max_turns: int = 20
+    transport: str = _setting("http", one_of(("http", "process")))
+    max_turns: int = _setting(20, parse_nonnegative_int)
 
 
 @dataclass(frozen=True)
@@ -203,8 +212,16 @@ def effective_listen_backlog(configured: int | None) -> int:
     return limit if configured is None else min(configured, limit)
 
 
+class _Arguments(argparse.ArgumentParser):
+    """argparse, but a command line it cannot read is a ConfigError like any other (one line,
+    exit 2) instead of the usage text and argparse's own exit."""
+
+    def error(self, message: str):
+        raise ConfigError(message)
+
+
 def argument_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Arguments(
         prog="mur-gateway",
         description="Fan-out gateway for the murmur capsule streaming protocol.",
     )
@@ -217,76 +234,143 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML file: the options above by long name, plus [lifecycle], "
                              "[inference] and [network.authentication] [env MUR_GATEWAY_CONFIG]")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return parser
 
 
-def _load_toml(path: str) -> dict:
+TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides the options
+
+
+def read_file(path: str) -> dict:
+    """The TOML file at `path`, every table and key checked against what the gateway knows
+    (a misspelt one would otherwise be ignored without a word)."""
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start}); a TOML file is UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise ConfigError(f"--config {path}: not valid TOML: nested too deeply") from None
+    options = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
+    for key, value in data.items():
+        if key in TABLES or key in options:
+            continue
+        if _is_table(value):
+            raise ConfigError(f"config {_spelled(key, value)}: unknown table; the file's tables are "
+                              + ", ".join(f"[{t}]" for t in TABLES))
+        raise ConfigError(f"config {key}: unknown setting; the file takes the options by their "
+                          "long name (mur-gateway --help)")
+    return data
 
 
-def _section(data: dict, key: str, cls: type, choices: dict[str, tuple]) -> Any:
-    raw = data.get(key, {})
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict) or (isinstance(value, list) and bool(value)
+                                       and all(isinstance(v, dict) for v in value))
+
+
+def _spelled(path: str, value: Any) -> str:
+    """A table as the file wrote it: [path], or [[path]] for an array of tables."""
+    return f"[{path}]" if isinstance(value, dict) else f"[[{path}]]"
+
+
+def _table(data: dict, path: str, known: tuple[str, ...]) -> dict:
+    """The table at dotted `path` (its last part a key of `data`), whose keys are all `known`."""
+    raw = data[path.rpartition(".")[2]]
     if not isinstance(raw, dict):
-        raise ConfigError(f"config [{key}]: must be a table")
-    defaults = cls()
-    values = {}
+        raise ConfigError(f"config [{path}]: must be a table")
     for name, value in raw.items():
-        if not hasattr(defaults, name):
-            raise ConfigError(f"config [{key}] {name}: unknown setting")
-        expected = type(getattr(defaults, name))
-        if expected is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ConfigError(f"config [{key}] {name}: must be a non-negative integer")
-        if expected is str and not isinstance(value, str):
-            raise ConfigError(f"config [{key}] {name}: must be a string")
-        if name in choices and value not in choices[name]:
-            raise ConfigError(f"config [{key}] {name}: must be one of {', '.join(choices[name])}")
-        values[name] = value
+        if name in known:
+            continue
+        what = (f"{_spelled(path + '.' + name, value)}: unknown table" if _is_table(value)
+                else f"[{path}] {name}: unknown setting")
+        raise ConfigError(f"config {what}; [{path}] takes {', '.join(known)}")
+    return raw
+
+
+def _section(data: dict, key: str, cls: type) -> Any:
+    """[lifecycle] or [inference]: each key's value through the parser its field names."""
+    if key not in data:
+        return cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for name, value in _table(data, key, tuple(fields)).items():
+        try:
+            values[name] = fields[name].metadata["parse"](value)
+        except ValueError as exc:
+            raise ConfigError(f"config [{key}] {name}: {exc}") from None
     return cls(**values)
 
 
-def _tokens(data: dict) -> tuple[TokenRule, ...]:
-    network = data.get("network", {})
-    auth = network.get("authentication") if isinstance(network, dict) else None
-    if auth is None:
+SCOPES = ("*",) + METHODS
+TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
+
+
+def _token(entry: Any, where: str, default_name: str) -> TokenRule:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for name in entry:
+        if name not in TOKEN_KEYS:
+            raise ConfigError(f"{where} {name}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}")
+    name = entry.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where} name: {shown(name)} is not a name; it accepts non-empty text")
+    digest = entry.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or any(
+            c not in "0123456789abcdef" for c in digest.lower()):
+        raise ConfigError(f"{where} sha256: must be the token's sha256 as 64 hex digits")
+    scopes = entry.get("scopes")
+    if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
+        raise ConfigError(f"{where} scopes: must be a non-empty array of method names, or [\"*\"]")
+    for scope in scopes:
+        if scope not in SCOPES:
+            raise ConfigError(f"{where} scopes: {scope!r} is not a method this gateway serves; "
+                              f"it accepts \"*\" or {', '.join(METHODS)}")
+    try:
+        max_streams = parse_nonnegative_int(entry.get("max_streams", 0))
+    except ValueError as exc:
+        raise ConfigError(f"{where} max_streams: {exc}") from None
+    return TokenRule(name, digest.lower(), tuple(scopes), max_streams)
+
+
+def token_rules(data: dict) -> tuple[TokenRule, ...]:
+    """[[network.authentication.tokens]]: none without the table, else at least one token; two
+    entries may share a name (a token and its successor during a rotation), never a digest."""
+    if "network" not in data:
         return ()
-    entries = auth.get("tokens", []) if isinstance(auth, dict) else None
-    if not isinstance(entries, list):
-        raise ConfigError("config [network.authentication] tokens: must be an array of tables")
-    rules = []
+    network = _table(data, "network", ("authentication",))
+    if "authentication" not in network:
+        return ()
+    auth = _table(network, "network.authentication", ("tokens",))
+    entries = auth.get("tokens")
+    if isinstance(entries, dict):
+        raise ConfigError("config [network.authentication.tokens]: one table, where each token is an "
+                          "entry of the array [[network.authentication.tokens]] (two brackets)")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]]; "
+                          "remove the table for a public door")
+    rules: list[TokenRule] = []
     for i, entry in enumerate(entries):
-        where = f"config [[network.authentication.tokens]] #{i + 1}"
-        digest = entry.get("sha256") if isinstance(entry, dict) else None
-        if not isinstance(digest, str) or len(digest) != 64 or any(
-            c not in "0123456789abcdef" for c in digest.lower()
-        ):
-            raise ConfigError(f"{where} sha256: must be 64 hex digits")
-        scopes = entry.get("scopes", [])
-        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
-            raise ConfigError(f"{where} scopes: must be an array of strings")
-        max_streams = entry.get("max_streams", 0)
-        if not isinstance(max_streams, int) or isinstance(max_streams, bool) or max_streams < 0:
-            raise ConfigError(f"{where} max_streams: must be a whole number, 0 or more")
-        rules.append(TokenRule(str(entry.get("name", f"token{i + 1}")), digest.lower(), tuple(scopes),
-                               max_streams))
+        rule = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
+        for other in rules:
+            if other.sha256 == rule.sha256:
+                raise ConfigError(f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
+                                  f"sha256: the same token as {other.name!r}")
+        rules.append(rule)
     return tuple(rules)
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Resolve every setting; raises ConfigError naming the bad one."""
+    """Resolve every setting; raises ConfigError naming the bad one. Reads the TOML file and
+    nothing else, so it can run again, on a reload, to validate the file before applying it."""
     environ = os.environ if environ is None else environ
     args = argument_parser().parse_args(argv)
     path = args.config or environ.get("MUR_GATEWAY_CONFIG")
-    data = _load_toml(path) if path else {}
-    known = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
-    for key, value in data.items():
-        if not isinstance(value, dict) and key not in known:
-            raise ConfigError(f"config {key}: unknown setting")
+    data = read_file(path) if path else {}
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         raw, origin = getattr(args, opt.attr), f"--{opt.name}"
@@ -301,17 +385,15 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             continue
         try:
             values[opt.attr] = opt.parse(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {exc}") from None
     problem = tls.certificate_problem(values["certfile"], values["keyfile"])
     if problem is not None:
         raise ConfigError(problem)
     if values["workers"] is None:
         values["workers"] = min(os.cpu_count() or 1, MAX_WORKERS)
-    lifecycle = _section(data, "lifecycle", Lifecycle, {
-        "task_acceptance": ("queue", "none"), "conversation": ("stateless", "threaded")})
-    inference = _section(data, "inference", Inference, {"transport": ("http", "process")})
-    return Config(**values, lifecycle=lifecycle, inference=inference, tokens=_tokens(data))
+    return Config(**values, lifecycle=_section(data, "lifecycle", Lifecycle),
+                  inference=_section(data, "inference", Inference), tokens=token_rules(data))
 
 
 # Adaptive write coalescing (gateway/worker/coalesce.py): when the hub's pass over its open

@@ -1,94 +1,152 @@
 """How each option's text becomes its value: one parser per kind of setting.
 
 A parser takes what the command line, the environment or the TOML file gave and answers the
-value, or raises ValueError saying what is expected; `config.load` names the option and
-where the value came from around that message.
+value, or raises ValueError whose message says, in words, what is wrong with the value and
+what the setting accepts (``'two' is not a whole number; it accepts 1 to 64``); `config.load`
+puts the option's name in front. The embedded capsule's `/scenario` options use the same
+parsers, so a value is refused in the same words wherever it is written.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 from typing import Any, Callable
 
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError("expected HOST:PORT")
-    return host.strip("[]"), int(port)
+Parser = Callable[[Any], Any]
+PORTS = "1-65535, or 0 to pick one"
 
 
-def parse_metrics_bind(text: str) -> tuple[str, int] | None:
-    return None if str(text).strip().lower() == "off" else parse_hostport(text)
+def shown(value: Any) -> str:
+    """A value as the operator wrote it: text quoted, TOML's booleans as TOML spells them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
-def parse_positive_int(text: Any) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
+def _bounds(low: float, high: float | None, low_included: bool = True) -> str:
+    """What a numeric setting accepts, in words: "1 to 64", "0 or more", "more than 0"."""
+    def spelled(n: float) -> str:
+        return str(n) if isinstance(n, int) else f"{n:g}"
+    if high is not None:
+        return f"{spelled(low)} to {spelled(high)}"
+    return f"{spelled(low)} or more" if low_included else f"more than {spelled(low)}"
 
 
-def parse_positive_int_up_to(limit: int, why: str = "") -> Callable[[Any], int]:
-    """A parser of integers from 1 to `limit`; `why` follows the refusal."""
-    def parse(text: Any) -> int:
-        value = parse_positive_int(text)
-        if value > limit:
-            raise ValueError(f"must be at most {limit}{why}")
-        return value
+def whole_number(low: int = 0, high: int | None = None, why: str = "") -> Parser:
+    """Integers from `low` to `high` (None: no limit), given as text or a TOML integer (never a
+    boolean or a fraction); `why` follows a refusal of one too large."""
+    accepts = _bounds(low, high)
+
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"{shown(value)} is not a whole number; it accepts {accepts}")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a whole number; it accepts {accepts}") from None
+        if number < low:
+            raise ValueError(f"{shown(value)} is out of range; it accepts {accepts}")
+        if high is not None and number > high:
+            raise ValueError(f"{shown(value)} is out of range; it accepts {accepts}{why}")
+        return number
     return parse
 
 
-def parse_nonnegative_int(text: Any) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be 0 or more")
+def number(unit: str = "", low: float = 0.0, low_included: bool = True,
+           high: float | None = None) -> Parser:
+    """Finite numbers from `low` (or above it, when not `low_included`) to `high`, as text or a
+    TOML number; `unit` names what they count ("seconds")."""
+    kind = f"a number of {unit}" if unit else "a number"
+    accepts = _bounds(low, high, low_included)
+
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"{shown(value)} is not {kind}; it accepts {accepts}")
+        try:
+            result = float(value)
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not {kind}; it accepts {accepts}") from None
+        if not math.isfinite(result):
+            raise ValueError(f"{shown(value)} is not {kind}; it accepts {accepts}")
+        if result < low or (result == low and not low_included) or (high is not None and result > high):
+            raise ValueError(f"{shown(value)} is out of range; it accepts {accepts}")
+        return result
+    return parse
+
+
+parse_positive_int = whole_number(1)
+parse_nonnegative_int = whole_number(0)
+parse_positive_seconds = number("seconds", 0.0, low_included=False)
+parse_nonnegative_seconds = number("seconds")
+parse_nonnegative_float = number()
+
+
+def parse_port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"port {shown(text)} is not a number; it accepts {PORTS}")
+    port = int(text)
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range; it accepts {PORTS}")
+    return port
+
+
+def parse_hostport(value: Any, also: str = "") -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets); `also` adds to what a refusal says it accepts."""
+    host, sep, port = (value if isinstance(value, str) else "").rpartition(":")
+    if not sep or not host.strip("[]"):
+        raise ValueError(f"{shown(value)} is not HOST:PORT; it accepts an address such as "
+                         f"127.0.0.1:52222{also}")
+    return host.strip("[]"), parse_port(port)
+
+
+def parse_metrics_bind(value: Any) -> tuple[str, int] | None:
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
+    return parse_hostport(value, ", or off")
+
+
+def one_of(words: tuple[str, ...], kind: str = "") -> Parser:
+    """One of `words`, matched without regard to case or surrounding space; `kind` names them
+    ("a log level")."""
+    accepts = ", ".join(words[:-1]) + f" or {words[-1]}"
+
+    def parse(value: Any) -> str:
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word not in words:
+            raise ValueError(f"{shown(value)} is not {kind}; it accepts {accepts}" if kind
+                             else f"{shown(value)} is not {accepts}")
+        return word
+    return parse
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+parse_log_level = one_of(LOG_LEVELS, "a log level")
+_on_off = one_of(("on", "off"))
+
+
+def parse_on_off(value: Any) -> bool:
+    """on or off, or a TOML boolean."""
+    return value if isinstance(value, bool) else _on_off(value) == "on"
+
+
+def parse_text(value: Any) -> str:
+    """A file name or a token: text only (a TOML number or array is a mistake, not a name)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{shown(value)} is not text; write it in quotes")
     return value
 
 
-def parse_positive_float(text: Any) -> float:
-    value = float(text)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError("must be a positive number of seconds")
-    return value
+def parse_url(value: Any) -> str:
+    text = parse_text(value)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(f"{shown(text)} is not an http:// or https:// URL")
+    return text.rstrip("/")
 
 
 # orjson refuses to encode more than 254 levels; a request is re-encoded for the sequencer,
 # and its params travel inside control messages and stream events that add levels of their own.
 MAX_JSON_DEPTH = 200
-
-
-def parse_nonnegative_float(text: Any) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError("must be 0 or more")
-    return value
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def parse_log_level(text: str) -> str:
-    level = str(text).lower()
-    if level not in LOG_LEVELS:
-        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-    return level
-
-
-def parse_on_off(text: Any) -> bool:
-    if isinstance(text, bool):
-        return text
-    word = str(text).strip().lower()
-    if word not in ("on", "off"):
-        raise ValueError("must be on or off")
-    return word == "on"
-
-
-def parse_url(text: str) -> str:
-    text = str(text)
-    if not text.startswith(("http://", "https://")):
-        raise ValueError("must be an http:// or https:// URL")
-    return text.rstrip("/")
 
 
 def parse_networks(text: Any) -> tuple[str, ...]:

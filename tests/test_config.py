@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import subprocess
 import sys
 
@@ -64,27 +66,163 @@ def test_bad_values_are_refused_naming_the_setting(tmp_path, argv, env, toml, na
     assert names in str(refused.value)
 
 
+def refusal(*argv: str, env: dict | None = None) -> str:
+    """`python -m gateway ARGV`, which must stop at start: exit 2 and one line on stderr, the
+    line returned without its `mur-gateway: ` prefix."""
+    result = subprocess.run([sys.executable, "-m", "gateway", *argv, "--metrics-bind", "off"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30,
+                            env={**os.environ, **(env or {})})
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mur-gateway: "), result.stderr
+    return lines[0][len("mur-gateway: "):]
+
+
 def test_cli_refuses_at_start_with_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gateway", "--heartbeat-interval", "zero"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "mur-gateway: --heartbeat-interval: 'zero' is not valid: could not convert string to float: 'zero'"]
-    result = subprocess.run([sys.executable, "-m", "gateway", "--config", str(tmp_path / "missing.toml")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2 and "missing.toml" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert refusal("--heartbeat-interval", "zero") == (
+        "--heartbeat-interval: 'zero' is not a number of seconds; it accepts more than 0")
+    assert "missing.toml" in refusal("--config", str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("argv, env, line", [
+    (["--workers", "two"], {}, "--workers: 'two' is not a whole number; it accepts 1 to {MAX_WORKERS}"),
+    (["--bind", "127.0.0.1:99999"], {},
+     "--bind: port 99999 is out of range; it accepts 1-65535, or 0 to pick one"),
+    (["--bind", "nowhere"], {},
+     "--bind: 'nowhere' is not HOST:PORT; it accepts an address such as 127.0.0.1:52222"),
+    (["--body-timeout", "abc"], {}, "--body-timeout: 'abc' is not a number of seconds; it accepts more than 0"),
+    ([], {"MUR_GATEWAY_LOG_LEVEL": "loud"},
+     "MUR_GATEWAY_LOG_LEVEL: 'loud' is not a log level; it accepts debug, info, warning or error"),
+    (["--watch-page", "yes"], {}, "--watch-page: 'yes' is not on or off"),
+    (["--workrs", "2"], {}, "unrecognized arguments: --workrs 2"),
+    (["--bind"], {}, "argument --bind: expected one argument"),
+])
+def test_a_value_error_is_one_line_in_words(argv, env, line):
+    from gateway.control_words import MAX_WORKERS
+
+    assert refusal(*argv, env=env) == line.format(MAX_WORKERS=MAX_WORKERS)
 
 
 def test_more_workers_than_the_ring_has_control_words_for_stops_the_start():
     from gateway.control_words import MAX_WORKERS
 
-    result = subprocess.run([sys.executable, "-m", "gateway", "--workers", str(MAX_WORKERS + 1),
-                             "--metrics-bind", "off"], cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"mur-gateway: --workers: '{MAX_WORKERS + 1}' is not valid: must be at most {MAX_WORKERS} "
-        "(the ring has control words for that many)"]
+    assert refusal("--workers", str(MAX_WORKERS + 1)) == (
+        f"--workers: '{MAX_WORKERS + 1}' is out of range; it accepts 1 to {MAX_WORKERS} "
+        "(the ring has control words for that many)")
     assert config.load(["--workers", str(MAX_WORKERS)], environ={}).workers == MAX_WORKERS
+
+
+DIGEST = hashlib.sha256(b"ops-token").hexdigest()
+TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
+
+
+@pytest.mark.parametrize("toml, line", [
+    (f"[[network.authentication.token]]\n{TOKEN}",
+     "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens"),
+    (f"[[network.authenticaton.tokens]]\n{TOKEN}",
+     "config [network.authenticaton]: unknown table; [network] takes authentication"),
+    (f"[network.authentication.tokens]\n{TOKEN}",
+     "config [network.authentication.tokens]: one table, where each token is an entry of the array "
+     "[[network.authentication.tokens]] (two brackets)"),
+    ("[network.authentication]\ntokens = []\n",
+     "config [network.authentication]: declares no [[network.authentication.tokens]]; "
+     "remove the table for a public door"),
+    ("[network.authentication]\n",
+     "config [network.authentication]: declares no [[network.authentication.tokens]]; "
+     "remove the table for a public door"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}expires = 2027-01-01\n",
+     "config [[network.authentication.tokens]] #1 expires: unknown setting; "
+     "a token takes name, sha256, scopes, max_streams"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}required = true\n",
+     "config [[network.authentication.tokens]] #1 required: unknown setting; "
+     "a token takes name, sha256, scopes, max_streams"),
+    ("[network]\nfoo = 1\n", "config [network] foo: unknown setting; [network] takes authentication"),
+    ("[lifecyle]\nmax_queued_tasks = 8\n",
+     "config [lifecyle]: unknown table; the file's tables are [lifecycle], [inference], [network]"),
+    (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["GetTsk"]\n',
+     "config [[network.authentication.tokens]] #1 scopes: 'GetTsk' is not a method this gateway "
+     'serves; it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, '
+     "SendMessage, GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard"),
+    (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\n',
+     "config [[network.authentication.tokens]] #1 scopes: must be a non-empty array of method "
+     'names, or ["*"]'),
+    (f"[[network.authentication.tokens]]\n{TOKEN}[[network.authentication.tokens]]\n"
+     f'name = "ops-copy"\nsha256 = "{DIGEST.upper()}"\nscopes = ["GetTask"]\n',
+     "config [[network.authentication.tokens]] #2 (ops-copy) sha256: the same token as 'ops'"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}max_streams = -1\n",
+     "config [[network.authentication.tokens]] #1 max_streams: -1 is out of range; it accepts 0 or more"),
+    ("[inference]\nmax_turns = 2.5\n",
+     "config [inference] max_turns: 2.5 is not a whole number; it accepts 0 or more"),
+    ("[lifecycle]\nconversation = \"threads\"\n",
+     "config [lifecycle] conversation: 'threads' is not stateless or threaded"),
+    ("[lifecycle]\nmax_turns = 3\n",
+     "config [lifecycle] max_turns: unknown setting; [lifecycle] takes task_acceptance, "
+     "max_queued_tasks, max_running_tasks, conversation, max_task_reopens"),
+    ("bogus = 1\n", "config bogus: unknown setting; the file takes the options by their long name "
+                    "(mur-gateway --help)"),
+    ("workers = true\n", "config workers: true is not a whole number; it accepts 1 to {MAX_WORKERS}"),
+    ("upstream-token = 12345\n", "config upstream-token: 12345 is not text; write it in quotes"),
+])
+def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
+    """A typo must never pass in silence: in [network.authentication] it would open the door."""
+    from gateway.control_words import MAX_WORKERS
+
+    path = tmp_path / "gw.toml"
+    path.write_text(toml)
+    assert refusal("--config", str(path)) == line.format(MAX_WORKERS=MAX_WORKERS)
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('[lifecycle]\nconversation = "stateless" # caf\u00e9\n'.encode("latin-1"),
+     "not UTF-8 text (byte 0xe9 at offset 44); a TOML file is UTF-8"),
+    (b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "not valid TOML: nested too deeply"),
+    (b"this is = not toml\n", "not valid TOML: "),  # then tomllib's words, which vary by version
+])
+def test_a_file_that_cannot_be_read_as_toml_is_one_line(tmp_path, content, problem):
+    path = tmp_path / "gw.toml"
+    path.write_bytes(content)
+    assert refusal("--config", str(path)).startswith(f"--config {path}: {problem}")
+
+
+def test_a_whole_file_with_every_table_loads(tmp_path):
+    """Strictness refuses no key the README documents."""
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'bind = "127.0.0.1:0"\nmax-body-bytes = 4096\nwatch-page = false\naccess-log = "off"\n'
+        '[lifecycle]\ntask_acceptance = "none"\nmax_queued_tasks = 8\nmax_running_tasks = 2\n'
+        'conversation = "threaded"\nmax_task_reopens = 0\n'
+        '[inference]\ntransport = "process"\nmax_turns = 4\n'
+        f'[[network.authentication.tokens]]\n{TOKEN}max_streams = 3\n'
+        f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{"b" * 64}"\n'
+        'scopes = ["GetTask", "murmur.WatchSession"]\n')
+    cfg = config.load(["--config", str(path)], environ={})
+    assert cfg.bind == ("127.0.0.1", 0) and cfg.max_body_bytes == 4096
+    assert cfg.watch_page is False and cfg.access_log is False
+    assert cfg.lifecycle == config.Lifecycle("none", 8, 2, "threaded", 0)
+    assert cfg.inference == config.Inference("process", 4)
+    assert cfg.tokens == (config.TokenRule("ops", DIGEST, ("*",), 3),  # one name, two tokens: a rotation
+                          config.TokenRule("ops", "b" * 64, ("GetTask", "murmur.WatchSession"), 0))
+
+
+def test_token_rules_validate_a_file_without_the_options(tmp_path):
+    """What a reload calls: the file's tokens alone, refused in the same words as at start."""
+    path = tmp_path / "gw.toml"
+    path.write_text(f"[[network.authentication.tokens]]\n{TOKEN}")
+    assert config.token_rules(config.read_file(str(path))) == (config.TokenRule("ops", DIGEST, ("*",)),)
+    path.write_text("[network.authentication]\ntokens = []\n")
+    with pytest.raises(config.ConfigError, match="declares no"):
+        config.token_rules(config.read_file(str(path)))
+
+
+def test_version_is_the_installed_distribution():
+    from importlib import metadata
+
+    expected = f"mur-gateway {metadata.version('murmur-gateway')}\n"
+    script = os.path.join(os.path.dirname(sys.executable), "mur-gateway")
+    for cmd in ([sys.executable, "-m", "gateway", "--version"], [script, "--version"]):
+        result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert (result.returncode, result.stdout, result.stderr) == (0, expected, "")
 
 
 def test_every_option_default_is_written_once():

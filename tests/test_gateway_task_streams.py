@@ -119,6 +119,20 @@ def test_ssm_refusals_are_one_json_body(gateway, case, message, code):
     assert answer["error"]["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
 
 
+@pytest.mark.parametrize("version, problem", [
+    (None, "the A2A-Version header is missing"),
+    ("", "the A2A-Version header is empty"),
+    ("2.0", "A2A-Version '2.0' is not supported"),
+])
+def test_a_request_without_a_1_x_version_is_told_what_the_server_speaks(gateway, version, problem):
+    headers = [("Content-Type", "application/json")] + ([] if version is None else [("A2A-Version", version)])
+    status, _, body = Http(gateway.port).request("POST", "/", headers, orjson.dumps(
+        {"jsonrpc": "2.0", "id": 7, "method": SSM, "params": user_message("hi")}))
+    error = orjson.loads(body)["error"]
+    assert status == 200 and error["code"] == -32009
+    assert error["message"] == f"{problem}; this server speaks 1.0 (send A2A-Version: 1.0)"
+
+
 def test_reply_rules(gateway):
     _, _, body = rpc(gateway.port, "SendMessage", user_message("/scenario slow turns=2 delay=0.3"))
     working = body["result"]["task"]

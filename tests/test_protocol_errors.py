@@ -63,9 +63,15 @@ def test_check_version_accepts_1_x(value):
     assert errors.check_version(value) is None
 
 
-@pytest.mark.parametrize("value", [None, "", " ", "2.0", "0.3", "abc", "1", "1.", "1.x", "1.0.1", "11.0"])
-def test_check_version_refuses_others(value):
+@pytest.mark.parametrize("value, problem", [
+    (None, "the A2A-Version header is missing"),
+    ("", "the A2A-Version header is empty"),
+    (" ", "the A2A-Version header is empty"),
+    *((value, f"A2A-Version {value.strip()!r} is not supported")
+      for value in ["2.0", "0.3", "abc", "1", "1.", "1.x", "1.0.1", "11.0", " 2.0 "]),
+])
+def test_check_version_refuses_others_saying_what_it_speaks(value, problem):
     with pytest.raises(errors.RpcError) as raised:
         errors.check_version(value)
     assert raised.value.code == -32009
-    assert raised.value.message == f"A2A-Version {value!r} is not supported; send A2A-Version: 1.0"
+    assert raised.value.message == f"{problem}; this server speaks 1.0 (send A2A-Version: 1.0)"

@@ -201,7 +201,7 @@ def test_watch_page_option_from_every_source(tmp_path):
     assert config.load(["--config", str(toml)], {}).watch_page is False
     assert config.load([], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is False
     assert config.load(["--watch-page", "on"], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is True
-    with pytest.raises(config.ConfigError, match="--watch-page: 'maybe' is not valid: must be on or off"):
+    with pytest.raises(config.ConfigError, match="--watch-page: 'maybe' is not on or off"):
         config.load(["--watch-page", "maybe"], {})
 
 

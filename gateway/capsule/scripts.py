@@ -15,6 +15,7 @@ import zlib
 from typing import Awaitable, Callable
 
 from gateway.capsule.attempt import STEP, Attempt
+from gateway.config_values import Parser, number, whole_number
 from gateway.protocol import events, states
 
 INPUT_TIMEOUT = 0.5  # the `timeout` scenario's request-input wait
@@ -41,33 +42,62 @@ def _png(width: int = 8, height: int = 8) -> bytes:
 SCREENSHOT = _png()
 
 
-def parse_scenario(text: str) -> tuple[str, dict[str, str]]:
-    """('default', {}) or (name, {key: value}) from `/scenario NAME k=v ...`."""
+class ScenarioError(ValueError):
+    """A `/scenario` line whose options cannot be run as written; the task fails with it, as
+    `task failed (scenario_error): <the message>`."""
+
+
+SCENARIO_ERROR = "scenario_error"  # the cause of that failure (spec: `task failed (<cause>): …`)
+
+
+def _text(value: str) -> str:
+    if not value:
+        raise ValueError("'' is empty; it accepts any text (in quotes when it has spaces)")
+    return value
+
+
+_SECONDS = number("seconds", high=3600.0)
+# Each scenario's options: name -> (parser, default). A scenario not listed takes none.
+OPTIONS: dict[str, dict[str, tuple[Parser, object]]] = {
+    "input": {"prompt": (_text, "Which file?")},
+    "timeout": {"prompt": (_text, "Which file?"), "hooks": (_SECONDS, 0.0)},
+    "slow": {"turns": (whole_number(1, 1000), 5), "delay": (_SECONDS, 1.0)},
+    "reopen": {"hook": (_text, "review-gate")},
+    "burst": {"n": (whole_number(0, 1_000_000), 1000)},
+    "tools": {"n": (whole_number(1, 1000), 3)},
+    "quiet": {"seconds": (_SECONDS, 5.0)},
+}
+
+
+def parse_scenario(text: str) -> tuple[str, dict]:
+    """('default', {}) or (name, {option: value}, every option of the scenario present) from
+    `/scenario NAME key=value ...`; a value with spaces is quoted as in a shell
+    (`prompt="Which file now?"`). An unknown NAME runs the default script; an option the
+    scenario does not take, a word that is not key=value, or a value that does not parse
+    raises ScenarioError naming it."""
     if not text.startswith("/scenario "):
         return "default", {}
     try:
         words = shlex.split(text[len("/scenario "):])
-    except ValueError:
-        words = text[len("/scenario "):].split()
-    if not words:
+    except ValueError as exc:  # shlex: "No closing quotation"
+        raise ScenarioError(f"/scenario: {str(exc).lower()}") from None
+    if not words or words[0] not in SCENARIOS:
         return "default", {}
-    options = dict(word.split("=", 1) for word in words[1:] if "=" in word)
-    return words[0], options
-
-
-def _int(options: dict, key: str, default: int, low: int = 0, high: int = 100_000) -> int:
-    try:
-        return max(low, min(high, int(options.get(key, default))))
-    except ValueError:
-        return default
-
-
-def _float(options: dict, key: str, default: float, high: float = 3600.0) -> float:
-    try:
-        value = float(options.get(key, default))
-    except ValueError:
-        return default
-    return max(0.0, min(high, value)) if value == value else default
+    name, takes = words[0], OPTIONS.get(words[0], {})
+    options = {key: default for key, (_, default) in takes.items()}
+    accepts = f"it takes {', '.join(f'{key}=' for key in takes)}" if takes else "it takes no options"
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep:
+            raise ScenarioError(f"/scenario {name}: {word!r} is not key=value; quote a value that has "
+                                f"spaces ({accepts})")
+        if key not in takes:
+            raise ScenarioError(f"/scenario {name}: {key!r} is not an option of it; {accepts}")
+        try:
+            options[key] = takes[key][0](value)
+        except ValueError as exc:
+            raise ScenarioError(f"/scenario {name} {key}: {exc}") from None
+    return name, options
 
 
 Scenario = Callable[[Attempt, dict], Awaitable[None]]
@@ -90,7 +120,7 @@ async def default_script(a: Attempt, options: dict) -> None:
 async def input_script(a: Attempt, options: dict) -> None:
     await a.turn()
     call_id = await a.tool_call("request-input", 32)
-    reply = await a.wait_for_input(options.get("prompt", "Which file?"))
+    reply = await a.wait_for_input(options["prompt"])
     await a.tool_result(call_id, "request-input", reply or "", exit_code=None)
     await a.answer_turn(reply)
 
@@ -100,10 +130,10 @@ async def timeout_script(a: Attempt, options: dict) -> None:
     (`hooks=SECONDS`, default 0) before it ends FAILED `input-timeout`."""
     await a.turn()
     call_id = await a.tool_call("request-input", 32)
-    await a.wait_for_input(options.get("prompt", "Which file?"), INPUT_TIMEOUT)
+    await a.wait_for_input(options["prompt"], INPUT_TIMEOUT)
     await a.tool_result(call_id, "request-input", "request-input timed out", exit_code=None,
                         is_error=True)
-    await asyncio.sleep(_float(options, "hooks", 0.0))
+    await asyncio.sleep(options["hooks"])
     a.fail(states.INPUT_TIMEOUT)
 
 
@@ -115,7 +145,7 @@ async def fail_script(a: Attempt, options: dict) -> None:
 
 
 async def slow_script(a: Attempt, options: dict) -> None:
-    turns, delay = _int(options, "turns", 5, 1, 1000), _float(options, "delay", 1.0)
+    turns, delay = options["turns"], options["delay"]
     answer = ""
     for n in range(turns):
         await a.turn()
@@ -126,7 +156,7 @@ async def slow_script(a: Attempt, options: dict) -> None:
 
 
 async def reopen_script(a: Attempt, options: dict) -> None:
-    hook = options.get("hook", "review-gate")
+    hook = options["hook"]
     limit = a.config.lifecycle.max_task_reopens
     await a.turn()
     await a.text("First draft")
@@ -141,7 +171,7 @@ async def reopen_script(a: Attempt, options: dict) -> None:
 
 
 async def burst_script(a: Attempt, options: dict) -> None:
-    n = _int(options, "n", 1000, 0, 1_000_000)
+    n = options["n"]
     a.start_turn()
     for i in range(n):
         a.chunk(f"burst {i + 1} ")
@@ -160,7 +190,7 @@ async def image_script(a: Attempt, options: dict) -> None:
 
 
 async def tools_script(a: Attempt, options: dict) -> None:
-    n = _int(options, "n", 3, 1, 1000)
+    n = options["n"]
     await a.turn()
     calls = []
     for i in range(n):
@@ -184,7 +214,7 @@ async def maxturns_script(a: Attempt, options: dict) -> None:
 
 async def quiet_script(a: Attempt, options: dict) -> None:
     await a.turn()
-    await asyncio.sleep(_float(options, "seconds", 5.0))
+    await asyncio.sleep(options["seconds"])
     a.complete("Quiet work finished.")  # streamed nothing: the whole reply as one final frame
 
 

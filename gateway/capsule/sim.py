@@ -21,7 +21,7 @@ import time
 from gateway.capsule import tck
 from gateway.capsule.attempt import Attempt, MaxTurns
 from gateway.capsule.messages import UserMessage
-from gateway.capsule.scripts import SCENARIOS, default_script, parse_scenario
+from gateway.capsule.scripts import SCENARIO_ERROR, SCENARIOS, ScenarioError, parse_scenario
 from gateway.capsule.tasks import Registry, Task
 from gateway.capsule.writer import Emitter
 from gateway.config import Config
@@ -88,11 +88,15 @@ class ScenarioRunner:
             task.runner = asyncio.create_task(self._run(task, message))
 
     async def _run(self, task: Task, message: UserMessage) -> None:
-        name, options = parse_scenario(message.text)
-        scenario = tck.tck_script if tck.is_tck(message) else SCENARIOS.get(name, default_script)
         attempt = Attempt(self.config, self.emit, task, message)
         try:
-            await scenario(attempt, options)
+            if tck.is_tck(message):
+                await tck.tck_script(attempt, {})
+            else:
+                name, options = parse_scenario(message.text)
+                await SCENARIOS[name](attempt, options)
+        except ScenarioError as exc:  # written before the task did anything
+            attempt.fail(states.task_failed(SCENARIO_ERROR, str(exc)))
         except asyncio.CancelledError:
             if not task.ended:
                 self.emit.status(task, states.CANCELED, states.TASK_CANCELED)

@@ -102,7 +102,14 @@ _SUPPORTED_VERSION = re.compile(r"1\.[0-9]+")
 
 
 def check_version(value: str | None) -> None:
-    if value is None or not _SUPPORTED_VERSION.fullmatch(value.strip()):
-        raise RpcError(
-            VERSION_NOT_SUPPORTED, f"A2A-Version {value!r} is not supported; send A2A-Version: {A2A_VERSION}"
-        )
+    """Refuse, with -32009, a request whose A2A-Version header is absent, empty or not 1.x."""
+    if value is not None and _SUPPORTED_VERSION.fullmatch(value.strip()):
+        return
+    if value is None:
+        problem = "the A2A-Version header is missing"
+    elif not value.strip():
+        problem = "the A2A-Version header is empty"
+    else:
+        problem = f"A2A-Version {value.strip()!r} is not supported"
+    raise RpcError(VERSION_NOT_SUPPORTED, f"{problem}; this server speaks {A2A_VERSION} "
+                                          f"(send A2A-Version: {A2A_VERSION})")

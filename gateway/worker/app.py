@@ -35,8 +35,8 @@ from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK,
-                                         LIST_TASKS, SEND_MESSAGE, SEND_STREAMING_MESSAGE,
-                                         STOP_SESSION, SUBSCRIBE_TO_TASK, WATCH_SESSION)
+                                         LIST_TASKS, METHODS, SEND_MESSAGE, SEND_STREAMING_MESSAGE,
+                                         STOP_SESSION, WATCH_SESSION)
 from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNAL_ERROR,
                                      INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
@@ -52,8 +52,6 @@ from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream, TaskView
 from gateway.worker.watch_page import routes as watch_page_routes
 
-METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
-           LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
 # A2A's push-notification config methods: this door declares pushNotifications false.
 PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
