@@ -9,21 +9,10 @@ URL loses its userinfo and query, and tokens are only counted.
 
 from __future__ import annotations
 
-from importlib import metadata
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway import tls
+from gateway import tls, version
 from gateway.config import Config
-
-DISTRIBUTION = "murmur-gateway"
-
-
-def version() -> str:
-    """The installed distribution's version ("unknown" when run from a tree never installed)."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def shown_url(url: str) -> str:
