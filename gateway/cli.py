@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     from gateway import supervisor
 
     try:
-        return supervisor.run(config)
+        return supervisor.run(config, argv)
     except OSError as exc:  # the address is taken, no memory for the segments, ...
         print(f"mur-gateway: {exc}", file=sys.stderr)
         return 1

@@ -42,4 +42,7 @@ def bind_to_parent(supervisor_pid: int) -> None:
 def child_main(supervisor_pid: int, target: Callable[..., Any], *args: Any) -> None:
     """A child's entry point (spawn context): bound to the supervisor, then `target(*args)`."""
     bind_to_parent(supervisor_pid)
+    # A terminal's hangup reaches the whole process group: only the supervisor reloads on
+    # it (supervisor.py), the children carry on.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     target(*args)
