@@ -248,6 +248,8 @@ def run(config: Config, argv: list[str] | None = None) -> int:
     supervisor.loaded, supervisor.argv, supervisor.reload_asked = config, argv, False
     os.set_blocking(supervisor._signal_r, False)
     signal.signal(signal.SIGHUP, supervisor.on_hup)
+    if tls.enabled(config.certfile, config.keyfile):  # for the exporter's expiry gauge
+        supervisor.ring.control[control_words.TLS_EXPIRY] = tls.not_after(config.certfile) or 0
     status = 1
     try:
         supervisor.start()
