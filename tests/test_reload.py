@@ -91,3 +91,20 @@ def test_a_replacement_worker_starts_with_the_reloaded_tokens(tmp_path):
         wait_for(lambda: gw.worker_pids()[0] != old and rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200,
                  timeout=30, what="the replacement serving carol")
         assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
+
+
+def test_reread_names_restart_only_settings(tmp_path):
+    from gateway import config as config_module
+    from gateway.config_reload import reread
+
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    argv = ["--config", str(door), "--bind", "127.0.0.1:0"]
+    running = config_module.load(argv, {})
+    door.write_text(f"trusted-proxies = '10.0.0.0/8'\nworkers = {running.workers + 1}\n"
+                    "[lifecycle]\nmax_queued_tasks = 5\n" + token_table(AFTER))
+    applied, settings, restart_only = reread(running, argv)
+    assert restart_only == ["--workers", "[lifecycle]"]
+    assert applied.lifecycle == running.lifecycle and applied.workers == running.workers  # left as they run
+    assert [t.name for t in applied.tokens] == ["bob", "carol", "dave"]
+    assert applied.trusted_proxies == settings["trusted_proxies"] == ("10.0.0.0/8",)
