@@ -54,6 +54,9 @@ def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
             more = bob.read_until(lambda e: e.id is not None and e.id > last + 30)
             ids += [e.id for e in more if e.id is not None]
             assert ids == list(range(ids[0], ids[-1] + 1)), "bob's stream missed events"
+            # every worker has it within a quarter heartbeat of the sequencer
+            wait_for(lambda: len([r for r in gw.logs() if r.get("event") == "reloaded settings applied"]) == 2,
+                     what="both workers applying the reload")
             assert rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200  # the new token works
             assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
             carol = SSEStream(gw.port, WATCH, {}, token=CAROL, last_event_id=LIVE)
