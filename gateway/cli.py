@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     from gateway import supervisor
 
     try:
-        return supervisor.run(config)
+        return supervisor.run(config, argv)
     except config_module.ConfigError as exc:  # an address that cannot be bound
         print(f"mur-gateway: {exc}", file=sys.stderr)
         return 2

@@ -40,6 +40,12 @@ class Op(enum.Enum):
     ATTACHMENT = "attachment", ("task_id", "sha256", *WHO)  # /attachments/<task>/<sha256>
     CARD = "card", ()  # the upstream's public agent card (upstream mode)
     EXTENDED_CARD = "extended_card", ()  # GetExtendedAgentCard (upstream mode)
+    # The door's limits (client_ledger.py): answered by the sequencer itself, not its capsule.
+    ACQUIRE = "acquire", ("client", "client_limit", "token", "token_limit")  # a stream's places
+    RELEASE = "release", ("client", "token")  # its end (sent with `tell`: no answer awaited)
+    TAKE = "take", ("client", "rate", "burst")  # one request from the client's bucket
+    RELOAD = "reload", ("settings",)  # the supervisor, after SIGHUP: the reloadable settings
+    SETTINGS = "settings", ()  # a worker that saw the generation word move fetches them
 
     def __init__(self, wire: str, params: tuple[str, ...]):
         self.wire = wire
@@ -174,8 +180,34 @@ class ControlClient:
             raise RpcError(reply["err"]["code"], reply["err"]["message"])
         return reply["ok"]
 
+    def tell(self, op: Op, **params: Any) -> None:
+        """A call whose answer nobody waits for (id 0 is no waiting call's; its answer is
+        dropped), written at once and synchronously, so it leaves even from a cancelled
+        task's cleanup. Not connected: nothing to tell (a closed connection released all)."""
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            writer.write(encode({"i": 0, "op": op.wire, "p": params}))
+
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
         if self._reader_task is not None:
             self._reader_task.cancel()
+
+
+def call_blocking(path: str, op: Op, timeout: float, **params: Any) -> Any:
+    """One call from a process with no event loop (the supervisor); raises OSError, RpcError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(encode({"i": 1, "op": op.wire, "p": params}))
+        data = b""
+        while len(data) < _LEN.size or len(data) < _LEN.size + _LEN.unpack(data[:_LEN.size])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the sequencer closed the control connection")
+            data += chunk
+    reply = orjson.loads(data[_LEN.size:])
+    if "err" in reply:
+        raise RpcError(reply["err"]["code"], reply["err"]["message"])
+    return reply["ok"]

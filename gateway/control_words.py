@@ -8,6 +8,10 @@ Each is one aligned u64 in the ring's control area, written by exactly one role:
 - ``UPSTREAM_CONNECTED`` (sequencer): 1 while the upstream (or the embedded capsule) is live.
 - ``UPSTREAM_THREADED`` (sequencer, upstream mode): 1 when the upstream's connection-ack said
   `conversationMode` `threaded`, so every worker's connection-ack says what the upstream's says.
+- ``CONFIG_GENERATION`` (sequencer): bumped at each applied reload (SIGHUP); a worker that
+  sees it move asks the sequencer for the reloadable settings (worker/reload.py).
+- ``TLS_EXPIRY`` (supervisor, with TLS): --certfile's notAfter, in Unix seconds, for the
+  exporter's murgw_tls_certificate_expiry_timestamp_seconds.
 - ``ARMED + i`` (worker i sets, sequencer clears): worker i is idle and wants one wake-up
   byte on its socket at the next event. Under load the flag stays clear and the sequencer
   makes no syscall for that worker.
@@ -22,6 +26,8 @@ SESSION_CLOSED = 1
 SEQUENCER_PID = 2
 UPSTREAM_CONNECTED = 3
 UPSTREAM_THREADED = 4
+TLS_EXPIRY = 6
+CONFIG_GENERATION = 7
 ARMED = 8
 MAX_WORKERS = 56
 LOOP_BEAT = ARMED + MAX_WORKERS

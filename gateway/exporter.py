@@ -33,7 +33,14 @@ class GatewayCollector:
             ("ring_oldest_id", "Id of the oldest event still in the ring (replay buffer).", self.ring.oldest),
             ("upstream_connected", "1 while the capsule (embedded or upstream) is connected.",
              1 if words[control_words.UPSTREAM_CONNECTED] else 0),
+            *self._tls_expiry(words[control_words.TLS_EXPIRY]),
         ])
+
+    @staticmethod
+    def _tls_expiry(expiry: int) -> list[tuple[str, str, float]]:
+        """With TLS on, when --certfile expires (the supervisor read it at start)."""
+        return [("tls_certificate_expiry_timestamp_seconds",
+                 "When the served TLS certificate (--certfile) expires, in Unix seconds.", expiry)] if expiry else []
 
 
     def _processes(self):

@@ -46,4 +46,7 @@ def child_main(supervisor_pid: int, role: str, target: Callable[..., Any], *args
     (proctitle.py), then `target(*args)`."""
     bind_to_parent(supervisor_pid)
     proctitle.name(role)
+    # A terminal's hangup reaches the whole process group: only the supervisor reloads on
+    # it (supervisor.py), the children carry on.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     target(*args)

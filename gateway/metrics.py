@@ -25,6 +25,8 @@ REPLAY_OUTCOMES = ("replayed", "gap", "none")
 LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MICRO = 1_000_000
+LIMITS = ("client_streams", "client_rate", "token_streams")  # the door's 429s (worker/limits.py)
+RELOAD_OUTCOMES = ("applied", "rejected")
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
@@ -42,6 +44,9 @@ COUNTERS = {
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests answered with an HTTP or JSON-RPC refusal.", None, ()),
+    "requests_limited": ("counter", "Requests answered 429 by a per-client or per-token limit.",
+                         "limit", LIMITS),
+    "config_reloads": ("counter", "SIGHUP reloads of --config, by outcome.", "outcome", RELOAD_OUTCOMES),
     "pid": ("pid", "The block owner's process id (read by the exporter, not exported).", None, ()),
 }
 HISTOGRAMS = {

@@ -6,6 +6,10 @@ the sequencer numbers each from 1 (or adopts the upstream's id), writes it into 
 and wakes the workers that asked for it. Workers reach the capsule only through control
 calls (`gateway.control`), which the sequencer routes to the capsule's table of
 operations, so data flows one way: capsule -> sequencer -> ring -> worker.
+
+The door's limits are the exception: their calls (`acquire`, `release`, `take`) are
+answered by the sequencer itself from its exact counts (client_ledger.py), per worker
+connection, and so are `reload` (the supervisor's, after SIGHUP) and `settings`.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import asyncio
 import os
 import signal
 import socket
+import time
 
 from gateway import control, control_words, logs, records
+from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
 from gateway.capsule.embedded import EmbeddedCapsule
 from gateway.capsule.upstream import UpstreamCapsule
 from gateway.capsule.writer import Capsule
@@ -39,6 +45,11 @@ class Sequencer:
         self._wake_pending = False
         self.stopped = False  # set at shutdown: tasks cancelled then write nothing more
         self.log = logs.get("sequencer")
+        self.streams = StreamLedger()
+        self.buckets = RateBuckets()
+        self.settings: dict | None = None  # the reloadable settings the supervisor last sent
+        self.own_operations = {Op.ACQUIRE: self._acquire, Op.RELEASE: self._release, Op.TAKE: self._take,
+                               Op.RELOAD: self._reload, Op.SETTINGS: self._settings}
 
     # --- RingWriter: how the capsule's events reach the ring ---
 
@@ -94,6 +105,52 @@ class Sequencer:
             raise RpcError(METHOD_NOT_FOUND, f"unknown control call {str(name)[:64]}")
         return await operation(p)
 
+    # --- the door's limits and reloads: one worker connection's calls ---
+
+    async def serve_worker(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One control connection; the stream places it took are released when it closes."""
+        held = Holdings()
+
+        async def handle(name: object, p: dict) -> object:
+            own = self.own_operations.get(Op.named(name))
+            return own(held, p) if own is not None else await self.handle(name, p)
+
+        try:
+            await control.serve_connection(reader, writer, handle)
+        finally:
+            self.streams.release_all(held)
+
+    @staticmethod
+    def _places(p: dict) -> list[tuple[str, str, int]]:
+        """(the limit's name, its ledger key, its limit) of each limit a stream falls under."""
+        places = []
+        if p.get("client") is not None and p.get("client_limit"):
+            places.append(("client_streams", "client " + str(p["client"]), int(p["client_limit"])))
+        if p.get("token") is not None and p.get("token_limit"):
+            places.append(("token_streams", "token " + str(p["token"]), int(p["token_limit"])))
+        return places
+
+    def _acquire(self, held: Holdings, p: dict) -> dict:
+        places = self._places(p)
+        refused = self.streams.acquire(held, [(key, limit) for _name, key, limit in places])
+        return {"refused": None if refused is None else places[refused][0]}
+
+    def _release(self, held: Holdings, p: dict) -> None:
+        keys = [f"{kind} {p[kind]}" for kind in ("client", "token") if p.get(kind) is not None]
+        self.streams.release(held, keys)
+
+    def _take(self, held: Holdings, p: dict) -> dict:
+        wait = self.buckets.take(str(p["client"]), float(p["rate"]), float(p["burst"]), time.monotonic())
+        return {"retry_after": wait}
+
+    def _reload(self, held: Holdings, p: dict) -> dict:
+        self.settings = p["settings"]
+        self.ring.control[control_words.CONFIG_GENERATION] += 1
+        return self._settings(held, p)
+
+    def _settings(self, held: Holdings, p: dict) -> dict:
+        return {"generation": self.ring.control[control_words.CONFIG_GENERATION], "settings": self.settings}
+
 
 async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, control_path: str,
                 wake_socks: list[socket.socket]) -> None:
@@ -104,7 +161,7 @@ async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     server = await asyncio.start_unix_server(
-        lambda r, w: control.serve_connection(r, w, sequencer.handle), path=control_path)
+        sequencer.serve_worker, path=control_path)
     sequencer.capsule.start()
     ring.control[control_words.SEQUENCER_PID] = os.getpid()
     sequencer.log.info("sequencer ready", control=control_path)

@@ -30,9 +30,11 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import banner, capacity, control_words, exporter, lifeline, logs, metrics, proctitle, sequencer
-from gateway import stall, tls
+from gateway import banner, capacity, config_reload, control, control_words, exporter, lifeline, logs
+from gateway import metrics, proctitle, sequencer, stall, tls
 from gateway.config import Config, ConfigError
+from gateway.control import Op
+from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
@@ -40,6 +42,7 @@ TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
 METRICS_BACKLOG = 64
+RELOAD_TIMEOUT = 5.0
 WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
 
 
@@ -173,6 +176,10 @@ class Supervisor:
 
     def on_signal(self, signum, frame) -> None:
         self.stopping = True
+        self._wake_watch()
+
+    def _wake_watch(self) -> None:
+        """From a signal handler: the watch loop's wait returns now."""
         try:
             os.write(self._signal_w, b"x")
         except OSError:
@@ -189,6 +196,8 @@ class Supervisor:
                 self._drain_signal_pipe()
             if self.stopping:
                 break
+            if self.reload_asked:
+                self.reload()
             if not self.sequencer.is_alive():
                 self.log.error("sequencer exited; the session is over, stopping the gateway",
                                exitcode=self.sequencer.exitcode)
@@ -219,6 +228,29 @@ class Supervisor:
         self.counters.add(counter)
         self.log.warning(f"{role} died; replacing it", exitcode=dead.exitcode, restarts=self.restarts,
                          **{f"{role}_pid": dead.pid}, **fields)
+
+    def on_hup(self, signum, frame) -> None:
+        self.reload_asked = True
+        self._wake_watch()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read --config and hand what may change while running to the sequencer,
+        which the workers follow (config_reload.py); one log line either way."""
+        self.reload_asked = False
+        before = dict(self.config_dict)
+        try:
+            loaded, settings, restart_only = config_reload.reread(self.loaded, self.argv)
+            self.config_dict.update(settings)  # a replacement worker starts with them
+            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT, settings=settings)
+        except (config_module.ConfigError, OSError, RpcError) as exc:
+            self.config_dict = before
+            self.counters.add("config_reloads", label="rejected")
+            self.log.error("config reload rejected; nothing changed", problem=str(exc))
+            return
+        self.loaded = loaded
+        self.counters.add("config_reloads", label="applied")
+        self.log.info("config reloaded", tokens=len(loaded.tokens),
+                      **({"restart_needed": restart_only} if restart_only else {}))
 
     def _kill_stuck_workers(self) -> None:
         """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
@@ -258,13 +290,19 @@ class Supervisor:
         self.counters.close()
 
 
-def run(config: Config) -> int:
+def run(config: Config, argv: list[str] | None = None) -> int:
+    """`argv`: the command line `config` was loaded from, read again at each SIGHUP."""
     check_platform()
     logs.setup(config.log_level)
     proctitle.name("supervisor")
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
+    supervisor.loaded, supervisor.argv, supervisor.reload_asked = config, argv, False
+    os.set_blocking(supervisor._signal_r, False)
+    signal.signal(signal.SIGHUP, supervisor.on_hup)
+    if tls.enabled(config.certfile, config.keyfile):  # for the exporter's expiry gauge
+        supervisor.ring.control[control_words.TLS_EXPIRY] = tls.not_after(config.certfile) or 0
     status = 1
     try:
         supervisor.start()

@@ -54,3 +54,14 @@ def configure(hypercorn_config, certfile: str | None, keyfile: str | None, hands
     hypercorn_config.keyfile = keyfile
     hypercorn_config.alpn_protocols = list(ALPN_PROTOCOLS)
     hypercorn_config.ssl_handshake_timeout = handshake_timeout
+
+
+def not_after(certfile: str) -> int | None:
+    """When the first certificate of `certfile` expires, in Unix seconds (None if unreadable).
+    The standard library decodes a PEM file's certificate only through `_test_decode_cert`;
+    a missing one leaves the gauge out rather than the gateway down."""
+    try:
+        decoded = ssl._ssl._test_decode_cert(certfile)  # type: ignore[attr-defined]
+        return int(ssl.cert_time_to_seconds(decoded["notAfter"]))
+    except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
+        return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import re
 import resource
@@ -327,10 +328,19 @@ def rpc(port: int, method: str, params: dict | None = None, *, rpc_id=1, **heade
     return status, headers, orjson.loads(body) if body else None
 
 
+def token_table(rules) -> str:
+    """[[network.authentication.tokens]] entries for (name, token, scopes[, max_streams]) rules."""
+    return "".join(f'[[network.authentication.tokens]]\nname = "{name}"\n'
+                   f'sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                   f'scopes = {orjson.dumps(scopes).decode()}\n'
+                   + (f"max_streams = {more[0]}\n" if more else "")
+                   for name, token, scopes, *more in rules)
+
+
 # RFC 9110's reason phrases, written out here so the tests do not share the server's table.
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
            501: "Not Implemented", 503: "Service Unavailable"}
 
 

@@ -1,23 +1,28 @@
 """grafana/alerts.yml: valid for promtool, unit-tested by grafana/alerts.test.yml so that
-every alert both fires and stays silent, and written against series the gateway serves."""
+every alert both fires and stays silent, written against series the gateway serves, and
+each with a `runbook_url` naming its section of docs/runbook.md."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import time
 import urllib.request
 
 import yaml
 
 from support import ROOT, require_tool, running_gateway
+from tls_support import Certificates
 
 GRAFANA = os.path.join(ROOT, "grafana")
 RULES = os.path.join(GRAFANA, "alerts.yml")
 RULE_TESTS = os.path.join(GRAFANA, "alerts.test.yml")
 REQUIRED = {"MurmurGatewayUpstreamDisconnected", "MurmurGatewayEventsLostToLag",
             "MurmurGatewayHeartbeatJitterHigh", "MurmurGatewayWorkerRestarted",
-            "MurmurGatewayRequestsRefused"}
+            "MurmurGatewayRequestsRefused", "MurmurGatewayReconnectStorm",
+            "MurmurGatewayTLSCertificateExpiring", "MurmurGatewayRequestsLimited"}
+RUNBOOK = os.path.join(ROOT, "docs", "runbook.md")
 
 
 def rules() -> list[dict]:
@@ -50,10 +55,22 @@ def test_every_alert_is_tested_firing_and_silent():
     assert {c["alertname"] for c in cases if not c["exp_alerts"]} == names
 
 
+def test_every_alert_has_its_runbook_section():
+    with open(RUNBOOK) as fh:
+        headings = {line[3:].strip() for line in fh if line.startswith("## ")}
+    for rule in rules():
+        assert rule["annotations"]["runbook_url"] == f"docs/runbook.md#{rule['alert'].lower()}"
+        assert rule["alert"] in headings, f"docs/runbook.md has no section {rule['alert']}"
+    assert headings == {rule["alert"] for rule in rules()}  # and no section without its alert
+
+
 def test_rules_use_only_served_series(tmp_path):
-    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+    certs = Certificates(tmp_path)  # with TLS on, so the certificate's expiry is served too
+    with running_gateway(*certs.args, metrics=True, tmp_path=tmp_path, tls=certs.client_context()) as gw:
         text = urllib.request.urlopen(f"http://127.0.0.1:{gw.metrics_port}/metrics", timeout=5).read().decode()
     served = {re.sub(r"[{ ].*", "", line) for line in text.splitlines() if line and not line.startswith("#")}
+    expiry = re.search(r"^murgw_tls_certificate_expiry_timestamp_seconds (\S+)$", text, re.M)
+    assert expiry and float(expiry.group(1)) > time.time() + 14 * 86400  # trustme's: far off
     for rule in rules():
         for name in re.findall(r"murgw_[a-z_]+", rule["expr"]):
             assert name in served, f"{rule['alert']}: {name} is not served"

@@ -12,9 +12,11 @@ outlasts the supervisor's drain.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -23,7 +25,8 @@ import yaml
 
 from gateway import config as config_module
 from gateway import supervisor
-from support import ROOT, Http, dockerfile_user, running_gateway, session_memory, shm_bytes_per_gateway
+from support import (ROOT, Http, dockerfile_user, rpc, running_gateway, session_memory,
+                     shm_bytes_per_gateway, wait_for)
 
 KUBE = os.path.join(ROOT, "deploy", "kubernetes")
 UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 10**3, "M": 10**6, "G": 10**9}
@@ -70,6 +73,24 @@ def plain_env(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
 
 
+def secret_config(docs: dict, pod: dict, container: dict) -> tuple[str, str]:
+    """(MUR_GATEWAY_CONFIG's path, the text the config Secret mounted there holds)."""
+    path = plain_env(container)["MUR_GATEWAY_CONFIG"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(path)]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert docs["Secret"]["metadata"]["name"] == volume["secret"]["secretName"]
+    return path, docs["Secret"]["stringData"][os.path.basename(path)]
+
+
+@pytest.fixture(scope="module")
+def kit_env(docs, pod, container, tmp_path_factory) -> dict[str, str]:
+    """The container's environment, its config file the Secret's text in a temporary copy."""
+    _path, text = secret_config(docs, pod, container)
+    copy = tmp_path_factory.mktemp("kit") / "gateway.toml"
+    copy.write_text(text)
+    return {**plain_env(container), "MUR_GATEWAY_CONFIG": str(copy)}
+
+
 def test_kustomization_lists_files_that_exist(docs):
     with open(os.path.join(KUBE, "kustomization.yaml")) as fh:
         resources = yaml.safe_load(fh)["resources"]
@@ -77,20 +98,20 @@ def test_kustomization_lists_files_that_exist(docs):
         yaml.safe_load(open(os.path.join(KUBE, name)))["kind"] for name in resources}
 
 
-def test_every_setting_exists_and_parses(container):
+def test_every_setting_exists_and_parses(container, kit_env):
     known_env = {opt.env for opt in config_module.OPTIONS} | {"MUR_GATEWAY_CONFIG"}
     known_flags = {"--" + opt.name for opt in config_module.OPTIONS} | {"--config"}
     names = [e["name"] for e in container.get("env", [])]
     assert [n for n in names if n.startswith("MUR_GATEWAY_") and n not in known_env] == []
     args = list(container.get("args", [])) + list(container.get("command", []))
     assert [a for a in args if a.startswith("--") and a.split("=")[0] not in known_flags] == []
-    loaded = config_module.load(args, plain_env(container))  # raises ConfigError on a bad value
+    loaded = config_module.load(args, kit_env)  # raises ConfigError on a bad value
     assert loaded.upstream is not None  # replicas run in upstream mode
     assert loaded.workers == quantity(container["resources"]["requests"]["cpu"])
 
 
-def test_ports_match_what_the_gateway_binds_and_the_service_targets(docs, container):
-    loaded = config_module.load([], plain_env(container))
+def test_ports_match_what_the_gateway_binds_and_the_service_targets(docs, container, kit_env):
+    loaded = config_module.load([], kit_env)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": loaded.bind[1], "metrics": loaded.metrics_bind[1]}
     assert loaded.bind[0] == loaded.metrics_bind[0] == "0.0.0.0"  # reachable from the pod network
@@ -122,8 +143,8 @@ def test_probe_paths_answer_on_a_real_gateway(container, tmp_path):
             assert status == 200, name
 
 
-def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, container):
-    workers = config_module.load([], plain_env(container)).workers
+def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, container, kit_env):
+    workers = config_module.load([], kit_env).workers
     assert workers == SOAK_WORKERS  # the process figure was measured with this many
     # the ring and counters are memfds: their pages are shmem, charged to the container
     needed = shm_bytes_per_gateway(workers) + PROCESS_TREE_BYTES + WATCHERS * IDLE_WATCHER_BYTES
@@ -136,7 +157,9 @@ def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, contai
 
 def test_read_only_root_needs_no_writable_mount(pod, container, tmp_path):
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert container.get("volumeMounts", []) == [] and pod.get("volumes", []) == []
+    # the one mount is the config Secret, read-only
+    assert all(m["readOnly"] is True for m in container.get("volumeMounts", []))
+    assert all(set(v) == {"name", "secret"} for v in pod.get("volumes", []))
     assert "TMPDIR" not in plain_env(container)
     # a real gateway, serving: its segments are memfds, its control socket is abstract
     with running_gateway(tmp_path=tmp_path) as gw:
@@ -157,8 +180,8 @@ def test_user_is_the_dockerfiles_and_not_root(pod, container):
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def test_grace_period_outlasts_the_drain(docs, pod, container):
-    workers = config_module.load([], plain_env(container)).workers
+def test_grace_period_outlasts_the_drain(docs, pod, container, kit_env):
+    workers = config_module.load([], kit_env).workers
     pause = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pause[0] == "sleep"
     # supervisor.drain: DRAIN_SECONDS for the workers, then up to 0.5 s for each of the
@@ -177,4 +200,24 @@ def test_kustomize_renders_the_kit():
     rendered = subprocess.run([kubectl, "kustomize", KUBE], capture_output=True, text=True, timeout=60)
     assert rendered.returncode == 0, rendered.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(rendered.stdout))
-    assert kinds == ["Deployment", "PodDisruptionBudget", "Service"]
+    assert kinds == ["Deployment", "PodDisruptionBudget", "Secret", "Service"]
+
+
+def test_the_config_secret_is_picked_up_by_a_reload(docs, pod, container, tmp_path):
+    """The Secret is mounted whole where MUR_GATEWAY_CONFIG points (a subPath mount never
+    sees an edit); its example, uncommented with a real digest, is a token a SIGHUP applies."""
+    path, text = secret_config(docs, pod, container)
+    assert not any("subPath" in m for m in container["volumeMounts"])
+    token = "kit-token-0d9e"
+    edited = re.sub(r"(?m)^# ?", "", text).replace(
+        "<the 64 hex digits of your token's sha256>", hashlib.sha256(token.encode()).hexdigest())
+    config = tmp_path / "gateway.toml"
+    config.write_text(text)  # as shipped: a public door
+    with running_gateway(tmp_path=tmp_path, metrics=True, env={"MUR_GATEWAY_CONFIG": str(config)}) as gw:
+        assert rpc(gw.port, "ListTasks", {})[0] == 200
+        config.write_text(edited)
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(lambda: rpc(gw.port, "ListTasks", {})[0] == 401, what="the reloaded token")
+        assert rpc(gw.port, "ListTasks", {}, token=token)[0] == 200
+        reloaded = next(r for r in gw.logs() if r.get("event") == "config reloaded")
+        assert reloaded["tokens"] == 1

@@ -15,7 +15,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, describe, headers_for, is_terminal_event, item,
+from support import (Http, SSEStream, token_table, describe, headers_for, is_terminal_event, item,
                      problem_detail, rpc, running_gateway, user_message, wait_for)
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
@@ -28,12 +28,6 @@ RULES = [("alice", ALICE, OWN_TASKS), ("alice", ALICE_NEXT, OWN_TASKS), ("bob", 
 METHODS = ["SendStreamingMessage", "SubscribeToTask", "murmur.WatchSession", "SendMessage", "GetTask",
            "ListTasks", "CancelTask", "murmur.StopSession", "GetExtendedAgentCard"]
 SSM = "SendStreamingMessage"
-
-
-def token_table(rules) -> str:
-    return "".join(f'[[network.authentication.tokens]]\nname = "{name}"\n'
-                   f'sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\nscopes = {orjson.dumps(scopes).decode()}\n'
-                   for name, token, scopes in rules)
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +232,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     from gateway import config as gateway_config
     from gateway.worker.app import AttachmentEndpoint
     from gateway.worker.door import Door
+    from gateway.worker.limits import ClientLimits
 
     class Unreachable:
         async def call(self, op, **params):
@@ -247,7 +242,9 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
         def add(self, *args, **kwargs):
             pass
 
-    endpoint = AttachmentEndpoint(Door(gateway_config.load([])), Unreachable(), Counters())
+    config = gateway_config.load([])
+    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable(), Counters()),
+                                  Unreachable(), Counters())
 
     async def app(scope, receive, send):
         scope["path_params"] = {"task_id": "tsk_x", "sha256": "0" * 64}

@@ -5,12 +5,13 @@ Starlette's StreamingResponse does not give). Every request first passes `Admiss
 503 + Retry-After (the worker's open requests at --max-connections; the probes have a bound
 of their own) and 431 (more than
 --max-headers lines, or a head over --max-header-bytes). Then, on `POST /`:
-404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
+429 (the client's request bucket, --client-request-rate, is empty) -> 404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
 from the head: the body is then only drained, never parsed -> 413 (body over
 --max-body-bytes) -> 408 (body not in within --body-timeout) -> 404 (empty body) -> -32700
 (not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
--32009 (A2A-Version) -> the method's own errors. Every JSON-RPC error is one JSON body with
+-32009 (A2A-Version) -> 429 (a stream over --max-streams-per-client or its token's
+max_streams, limits.py) -> the method's own errors. Every JSON-RPC error is one JSON body with
 HTTP 200; the door's own refusals carry their HTTP status and RFC 9457 problem details
 (problem.py), and the ones that leave a request unread (408, 431, 503) also close the
 connection. SECURITY.md says what each limit defends.
@@ -48,6 +49,7 @@ from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header
                                  http_error, is_json_content_type, nests_deeper, respond,
                                  rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
+from gateway.worker.limits import ClientLimits, Holding
 from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream, TaskView
 from gateway.worker.watch_page import routes as watch_page_routes
@@ -71,6 +73,10 @@ class RpcEndpoint:
         self.control = control
         self.counters = counters
         self.door = Door(config)
+        self.limits = ClientLimits(config, control, counters)
+        # Each open stream that a limit counts or a token let in: a reload ends the ones whose
+        # token it removed (reload.py), and each gives its places back when it ends.
+        self.holds: dict[Stream, tuple[TokenRule | None, Holding | None]] = {}
         self.conversation_mode = config.lifecycle.conversation
 
     async def _read_body(self, scope: dict, receive, keep: bool = True) -> bytes | None:
@@ -108,6 +114,7 @@ class RpcEndpoint:
     async def __call__(self, scope, receive, send) -> None:
         try:
             try:
+                await self.limits.check_rate(scope)
                 rule = self._admit(scope)
             except Refused:
                 if await self._read_body(scope, receive, keep=False) is None:
@@ -129,7 +136,11 @@ class RpcEndpoint:
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
-            await self.hub.serve(stream, self.sink_for(send, receive))
+            try:
+                await self.hub.serve(stream, self.sink_for(send, receive))
+            finally:
+                rule, holding = self.holds.pop(stream, (None, None))
+                self.limits.release(holding)
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> Stream | None:
         """Answer the request, or open its stream and hand it back for `__call__` to serve."""
@@ -152,7 +163,8 @@ class RpcEndpoint:
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
             if method in activation.STREAM_METHODS:
-                return await self._stream(scope, receive, send, method, request["id"], params, caller)
+                return await self._held_stream(scope, receive, send, method, request["id"], params,
+                                               caller, rule)
             result = await self._call(method, params, caller, scope)
         except RpcError as err:
             await self._error(send, rpc_id, err)
@@ -216,6 +228,21 @@ class RpcEndpoint:
     def _replay_plan(self, scope: dict, watch: bool):
         return plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
                            oldest=self.hub.oldest, next_id=self.hub.next_id)
+
+    async def _held_stream(self, scope, receive, send, method: str, rpc_id, params: dict,
+                           caller: Caller, rule: TokenRule | None) -> Stream | None:
+        """`_stream`, once the limits gave it a place (429 else); the place is given back
+        at once when no stream opens."""
+        holding = await self.limits.hold_stream(scope, rule)
+        stream = None
+        try:
+            stream = await self._stream(scope, receive, send, method, rpc_id, params, caller)
+        finally:
+            if stream is None:
+                self.limits.release(holding)
+            elif rule is not None or holding is not None:
+                self.holds[stream] = (rule, holding)
+        return stream
 
     async def _stream(self, scope, receive, send, method: str, rpc_id, params: dict,
                       caller: Caller) -> Stream | None:
@@ -299,7 +326,7 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
     app = Starlette(routes=[
         Route("/", rpc, methods=["POST"]),
         Route("/.well-known/agent-card.json", CardRoute(config, control).respond, methods=["GET"]),
-        Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, control, counters)),
+        Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, rpc.limits, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         *watch_page_routes(config),

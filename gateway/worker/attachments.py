@@ -12,19 +12,21 @@ from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
 from gateway.worker.door import NOSNIFF, RETRY_AFTER, Door, Refused, header, respond_bytes
+from gateway.worker.limits import ClientLimits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class AttachmentEndpoint:
-    def __init__(self, door: Door, control: ControlClient, counters: Counters):
-        self.door, self.control, self.counters = door, control, counters
+    def __init__(self, door: Door, limits: ClientLimits, control: ControlClient, counters: Counters):
+        self.door, self.limits, self.control, self.counters = door, limits, control, counters
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["method"] != "GET":
             await respond_bytes(send, 405, b"", [(b"allow", b"GET"), NOSNIFF])
             return
         try:
+            await self.limits.check_rate(scope)
             caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
         except Refused as refusal:
             self.counters.add("requests_refused")

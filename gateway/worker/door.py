@@ -108,6 +108,12 @@ class Door:
             raise Refused(403, f"the token does not hold the {method} scope")
         return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
 
+    def still_admits(self, rule: TokenRule, method: str) -> bool:
+        """Whether the token behind `rule` (a stream opened under it) still holds `method`'s
+        scope in the rules now in force (a reload may have replaced them)."""
+        now = next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
+        return now is not None and ("*" in now.scopes or method in now.scopes)
+
     def caller(self, authorization: str | None, method: str) -> Caller:
         return self.authorize(self.authenticate(authorization), method)
 

@@ -270,6 +270,13 @@ class Hub:
         for stream in self.all_streams():
             stream.poke()
 
+    def end_stream(self, stream: Stream) -> None:
+        """End `stream` where it stands (a reload revoked its token, worker/reload.py): after
+        the whole events already written, with no frame of its own. Its coroutine sees
+        `ended` before it gathers again; a parked one is resumed to see it now."""
+        stream.ended = True
+        stream.poke()
+
     def _own_write(self, stream: Stream, body: bytes) -> None:
         """A write from the stream's coroutine (not the pass)."""
         if stream.noted is not None:

@@ -15,7 +15,7 @@ from gateway import logs, stall
 from gateway.config import Config
 from gateway.control import ControlClient
 from gateway.metrics import Counters
-from gateway.worker import hypercorn
+from gateway.worker import hypercorn, reload
 from gateway.worker.app import create_app
 from gateway.worker.heap import Trimmer
 from gateway.worker.hub import Hub
@@ -52,12 +52,14 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
     trimmer = Trimmer()
     trimmer.start()
+    reloads = asyncio.create_task(reload.follow(config, app.rpc, hub))  # SIGHUP's settings
     logs.get("worker").info("worker serving", worker=index)
     try:
         await hypercorn.serve(app, config, listener, stop.wait, busier)
     finally:
         pulse.cancel()
         trimmer.cancel()
+        reloads.cancel()
         hub.stop()
         await control.close()
 

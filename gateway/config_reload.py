@@ -1,0 +1,33 @@
+"""SIGHUP: what a reload of --config may change while the gateway runs, and what it may not.
+
+Reloadable (`RELOADABLE`): the tokens (their scopes and `max_streams`), the per-client limits
+and the trusted proxies. The supervisor re-reads the file exactly as at start
+(`config.load`, same command line and environment), so a file that does not parse or
+validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
+files, upstream, ...) would need a restart: a reload names those that differ and leaves
+them as they run. The settings reach the workers through the sequencer (worker/reload.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gateway import config as config_module
+from gateway.config import Config
+
+RELOADABLE = ("tokens", "max_streams_per_client", "client_request_rate", "client_request_burst",
+              "trusted_proxies")
+SECTIONS = ("lifecycle", "inference")  # TOML tables, named as [table]
+
+
+def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[str]]:
+    """(the config as now loaded with only the reloadable settings new, those settings as
+    plain values, the restart-only settings that differ); raises ConfigError."""
+    fresh = config_module.load(argv)
+    plain = fresh.to_dict()
+    settings = {name: plain[name] for name in RELOADABLE}
+    restart_only = [f"[{f.name}]" if f.name in SECTIONS else "--" + f.name.replace("_", "-")
+                    for f in dataclasses.fields(Config)
+                    if f.name not in RELOADABLE and getattr(fresh, f.name) != getattr(running, f.name)]
+    applied = dataclasses.replace(running, **{name: getattr(fresh, name) for name in RELOADABLE})
+    return applied, settings, restart_only

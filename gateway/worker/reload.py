@@ -1,0 +1,54 @@
+"""A worker's side of SIGHUP: take the reloaded settings, and end the streams they revoke.
+
+The supervisor re-reads --config and hands the reloadable settings (tokens, scopes,
+max_streams, the per-client limits, trusted proxies) to the sequencer, which bumps the
+ring's CONFIG_GENERATION word. Every worker looks at that word four times a heartbeat
+interval; when it moved, the worker asks the sequencer for the settings and applies them
+to its door and limits. Then each open stream whose token the new rules no longer hold, or
+whose token lost the scope of the stream's method, is ended where it stands: after the
+whole events it has written, with no frame of its own (README, "Security and limits").
+So such a stream ends within one heartbeat interval of the reload. Streams of every other
+token go on untouched, missing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway import control_words, logs
+from gateway.config import Config
+from gateway.control import Op
+
+CHECKS_PER_HEARTBEAT = 4
+
+log = logs.get("worker")
+
+
+def apply(config: Config, settings: dict, rpc, hub) -> Config:
+    """The running config with `settings` in force; `rpc`'s open streams it revokes ended."""
+    config = Config.from_dict({**config.to_dict(), **settings})
+    rpc.door.rules = config.tokens
+    rpc.limits.apply(config)
+    revoked = [stream for stream, (rule, _holding) in rpc.holds.items()
+               if rule is not None and not rpc.door.still_admits(rule, stream.endpoint)]
+    for stream in revoked:
+        hub.end_stream(stream)
+    log.info("reloaded settings applied", tokens=len(config.tokens), streams_ended=len(revoked))
+    return config
+
+
+async def follow(config: Config, rpc, hub) -> None:
+    """Forever: apply each reload the sequencer announces."""
+    words = hub.ring.control
+    seen = words[control_words.CONFIG_GENERATION]
+    while True:
+        await asyncio.sleep(config.heartbeat_interval / CHECKS_PER_HEARTBEAT)
+        if words[control_words.CONFIG_GENERATION] == seen:
+            continue
+        try:
+            answer = await hub.control.call(Op.SETTINGS)
+        except ConnectionError:
+            continue  # the session is ending with the sequencer; the supervisor drains us
+        seen = answer["generation"]
+        if answer["settings"] is not None:
+            config = apply(config, answer["settings"], rpc, hub)

@@ -1,0 +1,113 @@
+"""Reload by SIGHUP (gateway/config_reload.py, gateway/worker/reload.py), end to end: a removed
+token's open stream and one whose token lost the method's scope end after a whole event,
+another token's stream keeps reading with nothing missed, the new token works, new limits
+apply, restart-only settings are named and left, and a broken file leaves everything as it
+was; each outcome counted."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from support import SSEStream, rpc, running_gateway, token_table, wait_for
+from test_observability import scrape
+
+WATCH = "murmur.WatchSession"
+LIVE = str(2**40)
+ALICE, BOB, CAROL, DAVE = "alice-tok-1", "bob-tok-2", "carol-tok-3", "dave-tok-4"
+BEFORE = [("alice", ALICE, ["*"]), ("bob", BOB, ["*"]), ("dave", DAVE, [WATCH, "ListTasks"])]
+AFTER = [("bob", BOB, ["*"]), ("carol", CAROL, ["*"]), ("dave", DAVE, ["ListTasks"])]
+
+
+def reloads(gw) -> tuple[float, float]:
+    samples = scrape(gw.metrics_port)
+    return (samples['murgw_config_reloads_total{outcome="applied"}'],
+            samples['murgw_config_reloads_total{outcome="rejected"}'])
+
+
+def read_to_end(stream: SSEStream) -> None:
+    while stream.next() is not None:
+        pass
+
+
+def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), "--sim-load", "50", workers=2, metrics=True,
+                         tmp_path=tmp_path) as gw:
+        assert reloads(gw) == (0, 0)
+        alice = SSEStream(gw.port, WATCH, {}, token=ALICE)
+        dave = SSEStream(gw.port, WATCH, {}, token=DAVE)
+        bob = SSEStream(gw.port, WATCH, {}, token=BOB)
+        try:
+            assert (alice.status, dave.status, bob.status) == (200, 200, 200)
+            ids = [e.id for e in bob.read_until(lambda e: e.id is not None and e.id > 5) if e.id is not None]
+            door.write_text("max-streams-per-client = 1\nmax-body-bytes = 2048\n" + token_table(AFTER))
+            os.kill(gw.pid, signal.SIGHUP)
+            wait_for(lambda: reloads(gw) == (1, 0), what="the reload applied")
+            read_to_end(alice)  # removed: ended, within one heartbeat (0.3 s) of the reload
+            read_to_end(dave)  # lost murmur.WatchSession
+            for ended in (alice, dave):
+                assert ended.raw.endswith(b"\n\n")  # whole events only
+            # bob's stream goes on, every id after the last, none missed
+            last = ids[-1]
+            more = bob.read_until(lambda e: e.id is not None and e.id > last + 30)
+            ids += [e.id for e in more if e.id is not None]
+            assert ids == list(range(ids[0], ids[-1] + 1)), "bob's stream missed events"
+            # every worker has it within a quarter heartbeat of the sequencer
+            wait_for(lambda: len([r for r in gw.logs() if r.get("event") == "reloaded settings applied"]) == 2,
+                     what="both workers applying the reload")
+            assert rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200  # the new token works
+            assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
+            carol = SSEStream(gw.port, WATCH, {}, token=CAROL, last_event_id=LIVE)
+            over = SSEStream(gw.port, WATCH, {}, token=CAROL, last_event_id=LIVE)
+            assert (carol.status, over.status) == (200, 429)  # the reloaded limit (bob's predates it)
+            carol.close()
+            over.close()
+            line = next(r for r in gw.logs() if r.get("event") == "config reloaded" and "restart_needed" in r)
+            assert line["restart_needed"] == ["--max-body-bytes"]
+
+            door.write_text("[[network.authentication.tokens]\nbroken")
+            os.kill(gw.pid, signal.SIGHUP)
+            wait_for(lambda: reloads(gw) == (1, 1), what="the broken file rejected")
+            problem = next(r for r in gw.logs() if r.get("event") == "config reload rejected; nothing changed")
+            assert "not valid TOML" in problem["problem"]
+            assert rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200
+            assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
+            more = bob.read_until(lambda e: e.id is not None and e.id > ids[-1] + 10)
+            ids += [e.id for e in more if e.id is not None]
+            assert ids == list(range(ids[0], ids[-1] + 1)) and not bob.ended
+        finally:
+            for stream in (alice, dave, bob):
+                stream.close()
+
+
+def test_a_replacement_worker_starts_with_the_reloaded_tokens(tmp_path):
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), workers=1, metrics=True, tmp_path=tmp_path) as gw:
+        door.write_text(token_table(AFTER))
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(lambda: reloads(gw) == (1, 0), what="the reload applied")
+        (old,) = gw.worker_pids().values()
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: gw.worker_pids()[0] != old and rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200,
+                 timeout=30, what="the replacement serving carol")
+        assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
+
+
+def test_reread_names_restart_only_settings(tmp_path):
+    from gateway import config as config_module
+    from gateway.config_reload import reread
+
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    argv = ["--config", str(door), "--bind", "127.0.0.1:0"]
+    running = config_module.load(argv, {})
+    door.write_text(f"trusted-proxies = '10.0.0.0/8'\nworkers = {running.workers + 1}\n"
+                    "[lifecycle]\nmax_queued_tasks = 5\n" + token_table(AFTER))
+    applied, settings, restart_only = reread(running, argv)
+    assert restart_only == ["--workers", "[lifecycle]"]
+    assert applied.lifecycle == running.lifecycle and applied.workers == running.workers  # left as they run
+    assert [t.name for t in applied.tokens] == ["bob", "carol", "dave"]
+    assert applied.trusted_proxies == settings["trusted_proxies"] == ("10.0.0.0/8",)
