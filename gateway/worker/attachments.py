@@ -11,6 +11,7 @@ from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
+from gateway.worker.access_log import exchange_of
 from gateway.worker.door import NOSNIFF, RETRY_AFTER, Door, Refused, header, respond_bytes
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -25,9 +26,12 @@ class AttachmentEndpoint:
             await respond_bytes(send, 405, b"", [(b"allow", b"GET"), NOSNIFF])
             return
         try:
-            caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
+            rule = self.door.authenticate(header(scope, b"authorization"))
+            if rule is not None:
+                exchange_of(scope).caller = rule.name
+            caller = self.door.authorize(rule, GET_TASK)
         except Refused as refusal:
-            self.counters.add("requests_refused")
+            self.counters.add("requests_refused", label=refusal.reason)
             await refusal.send(send)
             return
         task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]

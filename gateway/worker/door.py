@@ -19,7 +19,8 @@ from starlette.responses import Response
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body
+from gateway.worker.access_log import AccessLog, NotingSend
+from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, problem_body
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
@@ -38,6 +39,11 @@ class Refused(Exception):
     @property
     def body(self) -> bytes:
         return problem_body(self.status, self.message)
+
+    @property
+    def reason(self) -> str:
+        """Its `reason` label in murgw_requests_refused_total."""
+        return REFUSAL_REASONS[self.status]
 
     def response(self) -> Response:
         """The same refusal as a Starlette response, for a route's handler."""
@@ -103,23 +109,26 @@ class Door:
             raise Refused(403, f"the token does not hold the {method} scope")
         return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
 
-    def caller(self, authorization: str | None, method: str) -> Caller:
-        return self.authorize(self.authenticate(authorization), method)
 
-
-async def http_error(request: Request, exc: Exception) -> Response:
+def http_error_handler(counters: Counters):
     """Starlette's own refusals (no route, a method the route does not take, a bug), as the
-    door's refusals are."""
-    if not isinstance(exc, HTTPException):
-        return INTERNAL_REFUSAL.response()
-    headers = exc.headers or {}
-    if exc.status_code == 404:
-        detail = "nothing is served at this path"
-    elif exc.status_code == 405 and "Allow" in headers:
-        detail = f"this path takes only {headers['Allow']}"
-    else:
-        detail = exc.detail.lower()
-    return Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()]).response()
+    door's refusals are, and counted as they are (a bug's 500 is no refusal)."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, HTTPException):
+            return INTERNAL_REFUSAL.response()
+        headers = exc.headers or {}
+        if exc.status_code == 404:
+            detail = "nothing is served at this path"
+        elif exc.status_code == 405 and "Allow" in headers:
+            detail = f"this path takes only {headers['Allow']}"
+        else:
+            detail = exc.detail.lower()
+        refusal = Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()])
+        counters.add("requests_refused", label=refusal.reason)
+        return refusal.response()
+
+    return http_error
 
 
 def header(scope: dict, name: bytes) -> str | None:
@@ -188,8 +197,8 @@ class Admission:
     limits. The server bounds what it buffers of an unfinished head (hypercorn/serving.py);
     this checks the finished head, so a refusal can say which limit it was."""
 
-    def __init__(self, app, config: Config, counters: Counters, rpc=None):
-        self.app, self.config, self.counters = app, config, counters
+    def __init__(self, app, config: Config, counters: Counters, access: AccessLog, rpc=None):
+        self.app, self.config, self.counters, self.access = app, config, counters, access
         # `POST /` skips Starlette's middleware and router (Starlette routes it to `rpc` and
         # nothing else): an open stream then holds no frames or closures of theirs.
         self.rpc = rpc
@@ -209,28 +218,35 @@ class Admission:
         return None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "websocket":
-            self.counters.add("requests_refused")
-            await NO_WEBSOCKET.send(send, "websocket.")
-            return
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
-            return
-        self.open += 1
-        to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+        # The access log's line is written here, in this frame, when the request is over (an
+        # open stream keeps no other frame of its own for it).
+        exchange = self.access.begin(scope)
+        send = NotingSend(send, exchange)
         try:
-            await (self.rpc if to_rpc else self.app)(scope, receive, send)
-        except Exception:
-            if to_rpc:  # as Starlette would (http_error), if the response has not started
-                try:
-                    await INTERNAL_REFUSAL.send(send)
-                except Exception:
-                    pass  # it had: the server ends the connection
-            raise
+            if scope["type"] == "websocket":
+                self.counters.add("requests_refused", label=NO_WEBSOCKET.reason)
+                await NO_WEBSOCKET.send(send, "websocket.")
+                return
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                self.counters.add("requests_refused", label=refusal.reason)
+                await refusal.send(send)
+                return
+            self.open += 1
+            to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+            try:
+                await (self.rpc if to_rpc else self.app)(scope, receive, send)
+            except Exception:
+                if to_rpc:  # as Starlette would (http_error), if the response has not started
+                    try:
+                        await INTERNAL_REFUSAL.send(send)
+                    except Exception:
+                        pass  # it had: the server ends the connection
+                raise
+            finally:
+                self.open -= 1
         finally:
-            self.open -= 1
+            self.access.end(exchange)
