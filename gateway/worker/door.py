@@ -125,7 +125,8 @@ def http_error_handler(counters: Counters):
         else:
             detail = exc.detail.lower()
         refusal = Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()])
-        counters.add("requests_refused", label=refusal.reason)
+        if refusal.status in REFUSAL_REASONS:  # 404 and 405; any other status is answered, not counted
+            counters.add("requests_refused", label=refusal.reason)
         return refusal.response()
 
     return http_error
