@@ -17,11 +17,14 @@ from bisect import bisect_left
 from typing import Iterable
 
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
+from gateway.protocol.errors import ERRORS
+from gateway.worker.problem import REFUSAL_REASONS
 from shm import CounterBlocks
 
 PREFIX = "murgw_"
 ENDPOINTS = (WATCH_SESSION, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK)
 REPLAY_OUTCOMES = ("replayed", "gap", "none")
+JSONRPC_CODES = tuple(str(code) for code in ERRORS)  # every code the gateway can answer
 LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MICRO = 1_000_000
@@ -43,7 +46,9 @@ COUNTERS = {
     "heartbeats": ("counter", "Heartbeats written.", None, ()),
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
-    "requests_refused": ("counter", "Requests answered with an HTTP or JSON-RPC refusal.", None, ()),
+    "requests_refused": ("counter", "Requests the door refused (HTTP status, problem details), by reason; "
+                         "capacity: 503 at --max-connections.", "reason", tuple(REFUSAL_REASONS.values())),
+    "jsonrpc_errors": ("counter", "JSON-RPC error answers, by code.", "code", JSONRPC_CODES),
     "requests_limited": ("counter", "Requests answered 429 by a per-client or per-token limit.",
                          "limit", LIMITS),
     "config_reloads": ("counter", "SIGHUP reloads of --config, by outcome.", "outcome", RELOAD_OUTCOMES),

@@ -164,6 +164,7 @@ class Gateway(ServerProcess):
                     "--sim-load", str(rate), "--sim-load-size", str(args.size)]
         if gateway_has_option("--max-connections"):  # measure throughput, not the admission limit
             self.cmd += ["--max-connections", str(args.large + args.idle)]
+        self.cmd += shlex.split(args.gateway_args)  # after ours: argparse keeps the last value
 
     def heartbeat_jitter_p99_ms(self) -> float | None:
         """p99 of the gateway's own jitter histogram (the bucket bound it falls under)."""
@@ -478,6 +479,8 @@ def main(argv=None) -> int:
                         "JSON report (default: the driver)")
     p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="driver client processes")
     p.add_argument("--heartbeat-interval", type=float, default=2.0)
+    p.add_argument("--gateway-args", default="",
+                   help="more gateway options, e.g. '--log-level info --access-log off' (they win over bench's)")
     p.add_argument("--timed-per-event", type=int, default=1000,
                    help="latency: time about this many deliveries of each event (one in watchers/N)")
     p.add_argument("--connect-timeout", type=float, default=45.0, help="bound on each ramp, seconds")

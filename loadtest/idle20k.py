@@ -4,7 +4,7 @@ Starts `python -m gateway` with its default flags (only the addresses are epheme
 cannot collide with another gateway on the box), opens `--watchers` idle
 `murmur.WatchSession` streams from `--procs` client processes, waits `--settle` seconds, and prints
 one JSON line: connected, refused (503, as the client saw them and as
-`murgw_requests_refused_total` counts them), other failures by reason, how the workers split
+`murgw_requests_refused_total{reason="capacity"}` counts them), other failures by reason, how the workers split
 the connections, and the memory each watcher costs: the RSS and PSS (from
 /proc/<pid>/smaps_rollup) of the gateway's process tree, the kernel's TCP buffer memory
 (/proc/net/sockstat) and its slab memory (/proc/meminfo: socket, file and epoll structures,
@@ -94,7 +94,7 @@ def sockets(pid: int) -> int:
 
 def refused_total(metrics_port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-    found = re.search(r"^murgw_requests_refused_total (\S+)$", text, re.M)
+    found = re.search(r'^murgw_requests_refused_total\{reason="capacity"\} (\S+)$', text, re.M)
     return float(found.group(1)) if found else float("nan")
 
 

@@ -19,6 +19,7 @@ WATCH = "murmur.WatchSession"
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 CARD = head("GET", "/.well-known/agent-card.json", [])
 SOFT, HARD = 64, FD_RESERVE + 12
+CAPACITY_REFUSED = 'murgw_requests_refused_total{reason="capacity"}'
 
 
 def open_files_limit(pid: int) -> tuple[int, int]:
@@ -42,10 +43,10 @@ def test_the_descriptor_limit_is_raised_and_sets_the_default_connection_limit(tm
         try:
             streams = [SSEStream(gw.port, WATCH, {}) for _ in range(limit)]
             assert all(stream.status == 200 for stream in streams)
-            refused = scrape(gw.metrics_port)["murgw_requests_refused_total"]
+            refused = scrape(gw.metrics_port)[CAPACITY_REFUSED]
             answer = exchange(gw.port, CARD, method="GET")
             assert refusal(answer, 503) and answer.headers["retry-after"] == "1"
-            wait_for(lambda: scrape(gw.metrics_port)["murgw_requests_refused_total"] == refused + 1,
+            wait_for(lambda: scrape(gw.metrics_port)[CAPACITY_REFUSED] == refused + 1,
                      what="the refusal counted")
         finally:
             for stream in streams:

@@ -43,10 +43,11 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
 from gateway.protocol.replay import parse_last_event_id, plan_replay
+from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
 from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute, agent_card, with_own_address
 from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
-                                 http_error, is_json_content_type, nests_deeper, respond,
+                                 http_error_handler, is_json_content_type, nests_deeper, respond,
                                  rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.limits import ClientLimits, Holding
@@ -66,8 +67,9 @@ class RpcEndpoint:
     """`POST /`: every JSON-RPC method."""
 
     def __init__(self, config: Config, hub: Hub, control: ControlClient, counters: Counters,
-                 sink_for: SinkFactory):
+                 sink_for: SinkFactory, access: AccessLog):
         self.config = config
+        self.access = access
         self.hub = hub
         self.sink_for = sink_for
         self.control = control
@@ -112,6 +114,7 @@ class RpcEndpoint:
         return self.door.authenticate(header(scope, b"authorization"))
 
     async def __call__(self, scope, receive, send) -> None:
+        exchange = exchange_of(scope)
         try:
             try:
                 await self.limits.check_rate(scope)
@@ -120,15 +123,16 @@ class RpcEndpoint:
                 if await self._read_body(scope, receive, keep=False) is None:
                     return
                 raise
+            if rule is not None:
+                exchange.caller = rule.name
             body = await self._read_body(scope, receive)
             if body is None:
                 return
             if not body.strip():
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
-            stream = await self._dispatch(scope, receive, send, body, rule)
+            stream = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
+            await refusal.answer(send, self.counters)
             return
         if stream is not None:
             # Served from here, not from inside `_dispatch`: while it is open, nothing of the
@@ -136,25 +140,27 @@ class RpcEndpoint:
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
+            self.access.stream_opened(exchange, stream)
             try:
-                await self.hub.serve(stream, self.sink_for(send, receive))
+                exchange.ended = await self.hub.serve(stream, self.sink_for(server_send(send), receive))
             finally:
                 rule, holding = self.holds.pop(stream, (None, None))
                 self.limits.release(holding)
 
-    async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None) -> Stream | None:
+    async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
+                        exchange: Exchange) -> Stream | None:
         """Answer the request, or open its stream and hand it back for `__call__` to serve."""
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
-            await self._error(send, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
+            await self._error(send, exchange, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
             return None
         rpc_id = rpc_id_of(request, self.config.max_rpc_id_chars)
         try:
             if nests_deeper(request, self.config.max_json_depth):
                 raise RpcError(INVALID_REQUEST, f"the request nests arrays and objects deeper than "
                                                 f"{self.config.max_json_depth} levels")
-            method = self._check_request(request)
+            method = exchange.method = self._check_request(request)
             caller = self.door.authorize(rule, method)
             check_version(header(scope, b"a2a-version"))
             params = request.get("params")
@@ -167,10 +173,10 @@ class RpcEndpoint:
                                                caller, rule)
             result = await self._call(method, params, caller, scope)
         except RpcError as err:
-            await self._error(send, rpc_id, err)
+            await self._error(send, exchange, rpc_id, err)
             return None
         except ConnectionError:
-            await self._error(send, rpc_id, RpcError(INTERNAL_ERROR, "the sequencer is not reachable"))
+            await self._error(send, exchange, rpc_id, RpcError(INTERNAL_ERROR, "the sequencer is not reachable"))
             return None
         await respond(send, 200, sse.json_rpc_result(request["id"], result))
         return None
@@ -190,8 +196,9 @@ class RpcEndpoint:
             raise RpcError(METHOD_NOT_FOUND, f"method {method[:100]!r} not found")
         return METHODS[METHODS.index(method)]  # the constant: a stream keeps it as its endpoint
 
-    async def _error(self, send, rpc_id, err: RpcError) -> None:
-        self.counters.add("requests_refused")
+    async def _error(self, send, exchange: Exchange, rpc_id, err: RpcError) -> None:
+        self.counters.add("jsonrpc_errors", label=str(err.code))
+        exchange.code = err.code
         await respond(send, 200, error_body(rpc_id, err))
 
     async def _call(self, method: str, params: dict, caller: Caller, scope: dict) -> object:
@@ -311,8 +318,9 @@ class RpcEndpoint:
 
 def create_app(config: Config, hub: Hub, control: ControlClient, counters: Counters,
                sink_for: SinkFactory) -> Admission:
-    rpc = RpcEndpoint(config, hub, control, counters, sink_for)
-
+    access = AccessLog(config.access_log)
+    rpc = RpcEndpoint(config, hub, control, counters, sink_for, access)
+    access.client_of = rpc.limits.client  # the client behind trusted proxies, as the limits see it
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "serving", "pid": os.getpid()})
@@ -330,6 +338,6 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         *watch_page_routes(config),
-    ], exception_handlers={HTTPException: http_error, Exception: http_error})
+    ], exception_handlers=dict.fromkeys((HTTPException, Exception), http_error_handler(counters)))
     app.router.redirect_slashes = False  # a redirect would echo the client's Host header
-    return Admission(app, config, counters, rpc=rpc)
+    return Admission(app, config, counters, access, rpc=rpc)

@@ -11,6 +11,7 @@ from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
+from gateway.worker.access_log import exchange_of
 from gateway.worker.door import NOSNIFF, RETRY_AFTER, Door, Refused, header, respond_bytes
 from gateway.worker.limits import ClientLimits
 
@@ -27,10 +28,12 @@ class AttachmentEndpoint:
             return
         try:
             await self.limits.check_rate(scope)
-            caller = self.door.caller(header(scope, b"authorization"), GET_TASK)
+            rule = self.door.authenticate(header(scope, b"authorization"))
+            if rule is not None:
+                exchange_of(scope).caller = rule.name
+            caller = self.door.authorize(rule, GET_TASK)
         except Refused as refusal:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
+            await refusal.answer(send, self.counters)
             return
         task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
         found = None

@@ -19,7 +19,8 @@ from starlette.responses import Response
 from gateway.config import Config, TokenRule
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body
+from gateway.worker.access_log import AccessLog, NotingSend
+from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, problem_body
 
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
@@ -34,11 +35,17 @@ PROBES_IN_FLIGHT = 16
 
 
 class Refused(Exception):
-    """A door refusal: its HTTP status, and problem details (problem.py) saying why."""
+    """A door refusal: its HTTP status, and problem details (problem.py) saying why.
 
-    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = ()):
+    `reason` is its label in murgw_requests_refused_total, or None where it is not counted
+    there: a 429 counts in murgw_requests_limited_total (limits.py), and a 503 made with
+    `counted=False` is the gateway's own trouble (an unreachable sequencer), not a refusal."""
+
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
+                 counted: bool = True):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, list(headers)
+        self.reason = REFUSAL_REASONS.get(status) if counted else None
 
     @property
     def body(self) -> bytes:
@@ -52,6 +59,15 @@ class Refused(Exception):
     async def send(self, send, asgi: str = "") -> None:
         """`asgi` "websocket." refuses a WebSocket handshake (ASGI's denial response)."""
         await respond_bytes(send, self.status, self.body, [*PROBLEM_HEAD, *self.headers], asgi)
+
+    def count(self, counters: Counters) -> None:
+        if self.reason is not None:
+            counters.add("requests_refused", label=self.reason)
+
+    async def answer(self, send, counters: Counters, asgi: str = "") -> None:
+        """Count, then send: how every refusal leaves the door."""
+        self.count(counters)
+        await self.send(send, asgi)
 
 
 INTERNAL_REFUSAL = Refused(500, "internal error")
@@ -114,23 +130,25 @@ class Door:
         now = next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
         return now is not None and ("*" in now.scopes or method in now.scopes)
 
-    def caller(self, authorization: str | None, method: str) -> Caller:
-        return self.authorize(self.authenticate(authorization), method)
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
+def http_error_handler(counters: Counters):
     """Starlette's own refusals (no route, a method the route does not take, a bug), as the
-    door's refusals are."""
-    if not isinstance(exc, HTTPException):
-        return INTERNAL_REFUSAL.response()
-    headers = exc.headers or {}
-    if exc.status_code == 404:
-        detail = "nothing is served at this path"
-    elif exc.status_code == 405 and "Allow" in headers:
-        detail = f"this path takes only {headers['Allow']}"
-    else:
-        detail = exc.detail.lower()
-    return Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()]).response()
+    door's refusals are, and counted as they are (a bug's 500 is no refusal)."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if not isinstance(exc, HTTPException):
+            return INTERNAL_REFUSAL.response()
+        headers = exc.headers or {}
+        if exc.status_code == 404:
+            detail = "nothing is served at this path"
+        elif exc.status_code == 405 and "Allow" in headers:
+            detail = f"this path takes only {headers['Allow']}"
+        else:
+            detail = exc.detail.lower()
+        refusal = Refused(exc.status_code, detail, [(k.encode(), v.encode()) for k, v in headers.items()])
+        refusal.count(counters)  # 404 and 405; any other status is answered, not counted
+        return refusal.response()
+
+    return http_error
 
 
 def header(scope: dict, name: bytes) -> str | None:
@@ -200,8 +218,8 @@ class Admission:
     this checks the finished head, so a refusal can say which limit it was. A probe counts
     apart from the open requests, under its own bound (PROBES_IN_FLIGHT)."""
 
-    def __init__(self, app, config: Config, counters: Counters, rpc=None):
-        self.app, self.config, self.counters = app, config, counters
+    def __init__(self, app, config: Config, counters: Counters, access: AccessLog, rpc=None):
+        self.app, self.config, self.counters, self.access = app, config, counters, access
         # `POST /` skips Starlette's middleware and router (Starlette routes it to `rpc` and
         # nothing else): an open stream then holds no frames or closures of theirs.
         self.rpc = rpc
@@ -226,35 +244,40 @@ class Admission:
         return None
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "websocket":
-            self.counters.add("requests_refused")
-            await NO_WEBSOCKET.send(send, "websocket.")
-            return
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            self.counters.add("requests_refused")
-            await refusal.send(send)
-            return
-        if scope["path"] in PROBE_PATHS:
-            self.probes += 1
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                self.probes -= 1
-            return
-        self.open += 1
-        to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+        # The access log's line is written here, in this frame, when the request is over (an
+        # open stream keeps no other frame of its own for it).
+        exchange = self.access.begin(scope)
+        send = NotingSend(send, exchange)
         try:
-            await (self.rpc if to_rpc else self.app)(scope, receive, send)
-        except Exception:
-            if to_rpc:  # as Starlette would (http_error), if the response has not started
+            if scope["type"] == "websocket":
+                await NO_WEBSOCKET.answer(send, self.counters, "websocket.")
+                return
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal.answer(send, self.counters)
+                return
+            if scope["path"] in PROBE_PATHS:
+                self.probes += 1
                 try:
-                    await INTERNAL_REFUSAL.send(send)
-                except Exception:
-                    pass  # it had: the server ends the connection
-            raise
+                    await self.app(scope, receive, send)
+                finally:
+                    self.probes -= 1
+                return
+            self.open += 1
+            to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+            try:
+                await (self.rpc if to_rpc else self.app)(scope, receive, send)
+            except Exception:
+                if to_rpc:  # as Starlette would (http_error), if the response has not started
+                    try:
+                        await INTERNAL_REFUSAL.send(send)
+                    except Exception:
+                        pass  # it had: the server ends the connection
+                raise
+            finally:
+                self.open -= 1
         finally:
-            self.open -= 1
+            self.access.end(exchange)

@@ -202,6 +202,7 @@ class Hub:
             if stream.ended or stream.check_due:
                 waiter.set_result(None)
             return 0
+        stream.bytes_sent += len(body)
         if not sink.write(body) or stream.ended or stream.check_due:
             waiter.set_result(None)
         return 1
@@ -274,7 +275,7 @@ class Hub:
         """End `stream` where it stands (a reload revoked its token, worker/reload.py): after
         the whole events already written, with no frame of its own. Its coroutine sees
         `ended` before it gathers again; a parked one is resumed to see it now."""
-        stream.ended = True
+        stream.ended = stream.revoked = True
         stream.poke()
 
     def _own_write(self, stream: Stream, body: bytes) -> None:
@@ -282,8 +283,24 @@ class Hub:
         if stream.noted is not None:
             self._count_noted(stream)
         if body and not stream.sink.closed:
+            stream.bytes_sent += len(body)
             stream.sink.write(body)
             self.counters.add("sends", label=stream.endpoint)
+
+    def _why_ended(self, stream: Stream, sink: Sink) -> str:
+        """The access log's `reason` (access_log.py) for a stream whose loop is over."""
+        window = self.window
+        if window.closing:
+            return "drain"
+        if sink.closed:
+            return "client_left"
+        if stream.revoked:
+            return "revoked"
+        if stream.session_changed:
+            return "session_changed"
+        if stream.task is None or (window.session_closed_at and stream.cursor >= window.session_closed_at - 1):
+            return "session_closed"
+        return "task_ended"
 
     async def _ending_of_lost_task(self, stream: Stream) -> bytes:
         try:
@@ -292,10 +309,10 @@ class Hub:
             return b""
         return stream.ending_from(found["task"])
 
-    async def serve(self, stream: Stream, sink: Sink) -> None:
+    async def serve(self, stream: Stream, sink: Sink) -> str:
         """Write the stream's opening, then live events until it ends (at once when `ended`
-        is already set), the client leaves or the worker drains. While nothing needs an
-        await the coroutine parks, and the pass writes for it (`_write`)."""
+        is already set), the client leaves or the worker drains; why it ended (`_why_ended`).
+        While nothing needs an await the coroutine parks, and the pass writes for it (`_write`)."""
         loop, window = asyncio.get_running_loop(), self.window
         stream.sink = sink
         sink.on_disconnect(stream)
@@ -318,8 +335,10 @@ class Hub:
                         await stream.waiter
                     finally:
                         stream.waiter = None
+            reason = self._why_ended(stream, sink)
             if not sink.closed:
                 await sink.end()
+            return reason
         finally:
             self._remove(stream)
             sink.release()

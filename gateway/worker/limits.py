@@ -48,8 +48,12 @@ class ClientLimits:
         self.burst = 2 * self.rate if config.client_request_burst is None else config.client_request_burst
         self.trusted = config.trusted_proxies
 
+    def client(self, scope: dict) -> str:
+        """The request's client under the trusted proxies now in force (the access log's too)."""
+        return client_of(scope, self.trusted)
+
     def _key(self, scope: dict) -> str:
-        return client_key(client_of(scope, self.trusted))
+        return client_key(self.client(scope))
 
     def _limited(self, limit: str, detail: str, retry_after: int) -> Refused:
         self.counters.add("requests_limited", label=limit)
@@ -62,7 +66,7 @@ class ClientLimits:
         try:
             answer = await self.control.call(Op.TAKE, client=self._key(scope), rate=self.rate, burst=self.burst)
         except ConnectionError:
-            raise Refused(503, UNREACHABLE, [RETRY_AFTER]) from None
+            raise Refused(503, UNREACHABLE, [RETRY_AFTER], counted=False) from None
         if answer["retry_after"]:
             raise self._limited("client_rate", f"this client sends more than {self.rate:g} requests a second "
                                                f"(a burst of {self.burst:g})", answer["retry_after"])
@@ -77,7 +81,7 @@ class ClientLimits:
             answer = await self.control.call(Op.ACQUIRE, client=client, client_limit=self.max_streams,
                                              token=token, token_limit=rule.max_streams if token else 0)
         except ConnectionError:
-            raise Refused(503, UNREACHABLE, [RETRY_AFTER]) from None
+            raise Refused(503, UNREACHABLE, [RETRY_AFTER], counted=False) from None
         if answer["refused"] == "client_streams":
             raise self._limited("client_streams", f"this client has {self.max_streams} open streams, "
                                                   "as many as it may", 1)

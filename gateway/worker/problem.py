@@ -7,7 +7,10 @@ built here: `content-type: application/problem+json`, and
 `{"type": "about:blank", "title": <reason phrase>, "status": <code>, "detail": <what was wrong>}`.
 The attachment endpoint's 404 and 405 stay empty, as the protocol's table says.
 
-The reason phrase is RFC 9110's, the same one the status line carries.
+The reason phrase is RFC 9110's, the same one the status line carries. `REFUSAL_REASONS`
+names each refusal the door counts (`murgw_requests_refused_total{reason=...}`): the door's
+and capacity's, never a JSON-RPC error (those count by code) nor a 503 for an unreachable
+sequencer or upstream (the gateway's trouble, not a refusal).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ PROBLEM_TYPE = "application/problem+json"
 PROBLEM_HEAD = [(b"content-type", PROBLEM_TYPE.encode())]
 # RFC 9110 renamed these; Python before 3.13 still has the RFC 7231 phrases.
 RFC9110_PHRASES = {413: "Content Too Large", 416: "Range Not Satisfiable", 422: "Unprocessable Content"}
+REFUSAL_REASONS = {401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+                   408: "timeout", 413: "body_too_large", 431: "headers_too_large", 503: "capacity"}
 
 
 def reason_phrase(status: int) -> str:

@@ -69,7 +69,7 @@ class Stream:
     # it reads (the request id lives inside `prefix`, activation is `not plain`).
     __slots__ = ("endpoint", "prefix", "task", "plain", "cursor", "opening", "ended", "lost",
                  "last_state", "pending_missed", "heartbeat_due", "session_changed", "check_due",
-                 "noted", "sink", "waiter")
+                 "noted", "sink", "waiter", "events_sent", "bytes_sent", "revoked")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
                  activated: bool = True):
@@ -90,6 +90,11 @@ class Stream:
         # The hub's: where the bytes go, and the coroutine parked while the hub writes.
         self.sink: Sink | None = None
         self.waiter: asyncio.Future | None = None
+        # What its access-log line reports at its end (access_log.py): numbered events taken,
+        # and the body bytes the hub handed to the sink.
+        self.events_sent = 0
+        self.bytes_sent = 0
+        self.revoked = False  # ended by a reload that took its token's right to it (Hub.end_stream)
 
     @property
     def activated(self) -> bool:
@@ -147,6 +152,7 @@ class Stream:
         if self.pending_missed:
             self._name_missed(parts)
         parts.append(entry.wire(self.prefix, self.plain))
+        self.events_sent += 1
         if entry.meta & records.STATUS:
             self.last_state = records.meta_state(entry.meta)
 
@@ -194,6 +200,7 @@ class Stream:
             batch = window.take_batch(cursor, self.prefix, self.plain)
             if batch is not None:
                 parts.append(batch.body)
+                self.events_sent += batch.events
                 self.cursor = head
                 return False
         noted = self._note()

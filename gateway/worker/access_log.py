@@ -1,0 +1,139 @@
+"""The access log: one JSON line per request, and two per stream (its opening and its end).
+
+Written by the worker that served the request, on stderr, through logs.py, so a line is
+`{"ts", "level", "role": "worker", "pid", "event", ...}` like every other; `--access-log off`
+writes none. The events:
+
+- `request`: every request that is not a stream, refusals included;
+- `stream open`: a stream's response head is sent;
+- `stream end`: the stream is over, with `events`, `bytes` and `reason`.
+
+Fields: `http_method` and `path` (the path cut at `MAX_PATH_CHARS`), `method` (the JSON-RPC
+method, on `POST /` once the body named a known one), `status` (the HTTP status; null when
+the client left before any answer), `code` (a JSON-RPC error's code), `caller` (the name of
+the token's `[[network.authentication.tokens]]` entry: never the token, never its digest),
+`client` (the peer, or the client behind `--trusted-proxies`: `limits.ClientLimits.client`) and `duration_s` (from the request's head to its last byte; for
+`stream end`, the stream's whole life). A stream's end adds `events` (numbered events it
+wrote, a replay's included), `bytes` (the SSE body bytes, without HTTP framing) and
+`reason`: `client_left`, `task_ended` (its task's final or input-required status), `session_closed`,
+`session_changed` (the ring began a new session), `revoked` (a reload took its token's right to it), `drain` (the gateway is stopping) or
+`aborted` (the connection failed under it).
+
+Levels: `info`, refusals included, except `murmur.StopSession` and `CancelTask`, which are
+`warning` whatever their answer: they change state for others (StopSession ends every task
+and stream of the session, and on a public door anyone may call it), so `--log-level warning`
+still says who asked.
+
+Cost: a stream writes two lines whatever it carries. What its end reports is counted where the
+hub hands its bodies to the sink and where it takes an event (one add each), never logged per
+event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from gateway import logs
+from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
+
+if TYPE_CHECKING:
+    from gateway.worker.stream import Stream
+
+SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
+MAX_PATH_CHARS = 200
+STATE_CHANGING = (STOP_SESSION, CANCEL_TASK)
+
+log = logs.get("worker")
+
+
+def peer_address(scope: dict) -> str:
+    """The connection's peer (the ASGI scope's `client`), "" when the server knows none: the
+    client a line names until the app hands the log the trusted-proxy rule (`client_of`)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+class Exchange:
+    """One request as the access log reports it: the endpoints fill in what only they know
+    (the JSON-RPC method, the code, the caller's name, the stream and why it ended)."""
+
+    __slots__ = ("started", "http_method", "path", "client", "status", "method", "code", "caller",
+                 "stream", "ended")
+
+    def __init__(self, scope: dict, client: str):
+        self.started = time.monotonic()
+        self.http_method = scope.get("method", "WEBSOCKET")
+        self.path = scope["path"][:MAX_PATH_CHARS]
+        self.client = client
+        self.status: int | None = None
+        self.method: str | None = None
+        self.code: int | None = None
+        self.caller: str | None = None
+        self.stream: Stream | None = None
+        self.ended: str | None = None
+
+    def fields(self) -> dict:
+        return {"http_method": self.http_method, "path": self.path, "method": self.method,
+                "status": self.status, "code": self.code, "caller": self.caller, "client": self.client}
+
+
+def exchange_of(scope: dict) -> Exchange:
+    return scope[SCOPE_KEY]
+
+
+class NotingSend:
+    """The server's `send`, noting the response status in the request's `Exchange`."""
+
+    __slots__ = ("send", "exchange")
+
+    def __init__(self, send, exchange: Exchange):
+        self.send, self.exchange = send, exchange
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] in ("http.response.start", "websocket.http.response.start"):
+            self.exchange.status = message["status"]
+        await self.send(message)
+
+
+def server_send(send):
+    """The server's own send behind `NotingSend`: a stream's sink writes to it directly
+    (hypercorn/direct.py finds the transport behind it), and the stream's status is noted already."""
+    return send.send if isinstance(send, NotingSend) else send
+
+
+class AccessLog:
+    """Writes the lines (or, with `--access-log off`, none). `Admission` (door.py) begins an
+    `Exchange` for every HTTP request and WebSocket handshake and ends it when the request is
+    over; the stream's opening is written by `POST /` when its head is sent."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.client_of: Callable[[dict], str] = peer_address
+
+    def begin(self, scope: dict) -> Exchange:
+        exchange = scope[SCOPE_KEY] = Exchange(scope, self.client_of(scope))
+        return exchange
+
+    def stream_opened(self, exchange: Exchange, stream: Stream) -> None:
+        exchange.stream = stream
+        self._write("stream open", exchange)
+
+    def end(self, exchange: Exchange) -> None:
+        stream = exchange.stream
+        if stream is None:
+            self._write("request", exchange, duration_s=_since(exchange.started))
+        else:
+            self._write("stream end", exchange, duration_s=_since(exchange.started),
+                        events=stream.events_sent, bytes=stream.bytes_sent,
+                        reason=exchange.ended or "aborted")
+
+    def _write(self, event: str, exchange: Exchange, **extra) -> None:
+        if not self.enabled:
+            return
+        write = log.warning if exchange.method in STATE_CHANGING else log.info
+        write(event, **exchange.fields(), **extra)
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 4)
