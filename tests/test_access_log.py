@@ -179,3 +179,15 @@ def test_access_log_off_writes_no_line(tmp_path):
         assert rpc(gw.port, "ListTasks", {}, token=NOT_A_TOKEN)[0] == 200  # a public door
     assert access_lines(gw) == []  # the gateway has exited: every line it wrote is in
     assert any(rec.get("event") == "worker serving" for rec in gw.logs())
+
+
+def test_behind_a_trusted_proxy_the_line_names_the_forwarded_client(tmp_path):
+    """From a peer in --trusted-proxies the line's client is the one X-Forwarded-For names (the
+    same rule the per-client limits key on); a peer outside the ranges is named itself."""
+    forwarded = [("X-Forwarded-For", "203.0.113.7, 127.0.0.1")]
+    with running_gateway("--trusted-proxies", "127.0.0.0/8", workers=1, tmp_path=tmp_path) as gw:
+        rpc(gw.port, "GetTask", {"id": "behind-proxy"}, extra=forwarded)
+        assert line_where(gw, "request", method="GetTask")["client"] == "203.0.113.7"
+    with running_gateway("--trusted-proxies", "10.0.0.0/8", workers=1, tmp_path=tmp_path) as gw:
+        rpc(gw.port, "GetTask", {"id": "not-behind-proxy"}, extra=forwarded)
+        assert line_where(gw, "request", method="GetTask")["client"] == "127.0.0.1"
