@@ -8,6 +8,7 @@ where the value came from around that message.
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from typing import Any, Callable
 
 
@@ -85,10 +86,27 @@ def parse_on_off(text: Any) -> bool:
 
 
 def parse_url(text: str) -> str:
-    text = str(text)
-    if not text.startswith(("http://", "https://")):
+    """An upstream's http(s)://HOST[:PORT] with a host and a port that can be dialled. Nothing
+    after the authority: the gateway calls the upstream's own paths (`/`, its card), so a path,
+    query or fragment would be silently ignored; no user:password@, which would reach the logs
+    (--upstream-token carries the credential)."""
+    text = str(text).strip()
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not text.lower().startswith(parts.scheme + "://"):
         raise ValueError("must be an http:// or https:// URL")
-    return text.rstrip("/")
+    if "@" in parts.netloc:
+        raise ValueError("must not carry credentials (user:password@): use --upstream-token")
+    if not parts.hostname:
+        raise ValueError("has no host (expected http(s)://HOST[:PORT])")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ValueError("has no usable port (expected 1 to 65535)")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError("must be only scheme://HOST[:PORT]: the gateway calls the upstream's own paths")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def parse_networks(text: Any) -> tuple[str, ...]:
