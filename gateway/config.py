@@ -303,7 +303,8 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             values[opt.attr] = opt.parse(raw)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: {raw!r} is not valid: {exc}") from None
-    problem = tls.certificate_problem(values["certfile"], values["keyfile"])
+    problem = (tls.certificate_problem(values["certfile"], values["keyfile"])
+               or tls.upstream_cacert_problem(values["upstream_cacert"]))
     if problem is not None:
         raise ConfigError(problem)
     if values["workers"] is None:
