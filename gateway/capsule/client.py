@@ -34,9 +34,8 @@ class Origin:
     context of an https:// one (built once: it reads the CA file). `url` is what config
     accepted (config_values.parse_url), so it has a host and a usable port."""
 
-    def __init__(self, url: str, cacert: str | None = None):
+    def __init__(self, url: str, cacert: str | None):
         parts = urllib.parse.urlsplit(url)
-        self.url = url
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.authority = parts.netloc
@@ -58,7 +57,7 @@ class Origin:
 
 
 class Connection:
-    """One HTTP/1.1 exchange over a fresh TCP connection."""
+    """One HTTP/1.1 exchange over a fresh TCP (or, https://, TLS) connection."""
 
     def __init__(self, origin: Origin):
         self.origin = origin
