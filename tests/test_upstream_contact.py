@@ -17,7 +17,7 @@ from support import (ROOT, Http, SSEStream, is_terminal_event, item, problem_det
                      task_id_of, user_message, wait_for)
 from test_door_auth import token_table
 from test_observability import scrape
-from test_upstream import WATCH, _ready, front_of
+from test_upstream import WATCH, _ready, front_of, watching_b_after_a_burst
 from tls_support import Certificates
 
 LINK_TOKEN = "link-5d6e7f"
@@ -94,17 +94,12 @@ def test_a_restarted_upstream_is_a_new_session_before_its_first_event(tmp_path):
     """A comes back with an empty replay buffer and writes nothing: B's link, resuming one id
     before its last, reads an empty replay up to A's first heartbeat, so its watcher gets
     capsule-closed while A's ring is still empty."""
-    with running_gateway(tmp_path=tmp_path) as a:
-        port = a.port
-        with front_of(a, tmp_path) as b:
-            rpc(b.port, "SendMessage", user_message("/scenario burst n=5"))
-            with SSEStream(b.port, WATCH, {}) as watcher:
-                watcher.read_until(is_terminal_event)
-                a.stop()
-                with running_gateway("--bind", f"127.0.0.1:{port}", metrics=True, tmp_path=tmp_path) as a2:
-                    rest = watcher.read_until(lambda e: item(e).frame == {"frame": "capsule-closed"})
-                    assert [e.id for e in rest if e.id is not None] == []
-                    assert int(scrape(a2.metrics_port)["murgw_ring_head_id"]) == 0  # A2 wrote nothing
+    with watching_b_after_a_burst(tmp_path, 5) as (a, b, watcher, _):
+        a.stop()
+        with running_gateway("--bind", f"127.0.0.1:{a.port}", metrics=True, tmp_path=tmp_path) as a2:
+            rest = watcher.read_until(lambda e: item(e).frame == {"frame": "capsule-closed"})
+            assert [e.id for e in rest if e.id is not None] == []
+            assert int(scrape(a2.metrics_port)["murgw_ring_head_id"]) == 0  # A2 wrote nothing
         assert any(r.get("why") == "the upstream replayed nothing" for r in b.logs())
 
 
@@ -112,25 +107,20 @@ def test_a_restarted_upstream_that_wrote_less_is_told_by_its_gap(tmp_path):
     """B's link is held stopped while A restarts and writes a few events: at its reconnect A2
     never issued the id B resumes after, so its replay opens with a gap at or below it, and
     that gap alone starts B's new session (before A2's replayed ids 1, 2, ...)."""
-    with running_gateway(tmp_path=tmp_path) as a:
-        port = a.port
-        with front_of(a, tmp_path) as b:
-            rpc(b.port, "SendMessage", user_message("/scenario burst n=20"))
-            with SSEStream(b.port, WATCH, {}) as watcher:
-                last = watcher.read_until(is_terminal_event)[-1].id
-                link = next(r["pid"] for r in b.logs() if r.get("event") == "upstream stream open")
-                os.kill(link, signal.SIGSTOP)
-                try:
-                    a.stop()
-                    with running_gateway("--bind", f"127.0.0.1:{port}", metrics=True, tmp_path=tmp_path) as a2:
-                        task_id = rpc(a2.port, "SendMessage", user_message("hello"))[2]["result"]["task"]["id"]
-                        wait_for(lambda: rpc(a2.port, "GetTask", {"id": task_id})[2]["result"]["status"]["state"]
-                                 == "TASK_STATE_COMPLETED", what="A2's task")
-                        assert int(scrape(a2.metrics_port)["murgw_ring_head_id"]) < last - 1
-                        os.kill(link, signal.SIGCONT)
-                        watcher.read_until(lambda e: item(e).frame == {"frame": "capsule-closed"})
-                finally:
-                    os.kill(link, signal.SIGCONT)
+    with watching_b_after_a_burst(tmp_path, 20) as (a, b, watcher, last):
+        link = next(r["pid"] for r in b.logs() if r.get("event") == "upstream stream open")
+        os.kill(link, signal.SIGSTOP)
+        try:
+            a.stop()
+            with running_gateway("--bind", f"127.0.0.1:{a.port}", metrics=True, tmp_path=tmp_path) as a2:
+                task_id = rpc(a2.port, "SendMessage", user_message("hello"))[2]["result"]["task"]["id"]
+                wait_for(lambda: rpc(a2.port, "GetTask", {"id": task_id})[2]["result"]["status"]["state"]
+                         == "TASK_STATE_COMPLETED", what="A2's task")
+                assert int(scrape(a2.metrics_port)["murgw_ring_head_id"]) < last - 1
+                os.kill(link, signal.SIGCONT)
+                watcher.read_until(lambda e: item(e).frame == {"frame": "capsule-closed"})
+        finally:
+            os.kill(link, signal.SIGCONT)
         why = [r["why"] for r in b.logs() if r.get("event", "").startswith("upstream started a new session")]
         assert why == ["the upstream never issued the id the link resumed after"], why
 
