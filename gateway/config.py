@@ -387,7 +387,8 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             values[opt.attr] = opt.parse(raw)
         except ValueError as exc:
             raise ConfigError(f"{origin}: {exc}") from None
-    problem = tls.certificate_problem(values["certfile"], values["keyfile"])
+    problem = (tls.certificate_problem(values["certfile"], values["keyfile"])
+               or tls.upstream_cacert_problem(values["upstream_cacert"]))
     if problem is not None:
         raise ConfigError(problem)
     if values["workers"] is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import urllib.parse
 from typing import Any, Callable
 
 Parser = Callable[[Any], Any]
@@ -138,10 +139,29 @@ def parse_text(value: Any) -> str:
 
 
 def parse_url(value: Any) -> str:
-    text = parse_text(value)
-    if not text.startswith(("http://", "https://")):
-        raise ValueError(f"{shown(text)} is not an http:// or https:// URL")
-    return text.rstrip("/")
+    """An upstream's http(s)://HOST[:PORT] with a host and a port that can be dialled. Nothing
+    after the authority: the gateway calls the upstream's own paths (`/`, its card), so a path,
+    query or fragment would be silently ignored; no user:password@, which would reach the logs
+    (--upstream-token carries the credential), and which is never echoed back."""
+    text = parse_text(value).strip()
+    accepts = "it accepts http(s)://HOST[:PORT]"
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not text.lower().startswith(parts.scheme + "://"):
+        raise ValueError(f"{shown(text)} is not an http:// or https:// URL; {accepts}")
+    if "@" in parts.netloc:
+        raise ValueError("a URL must not carry credentials (user:password@): use --upstream-token")
+    if not parts.hostname:
+        raise ValueError(f"{shown(text)} has no host; {accepts}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ValueError(f"{shown(text)} has no usable port; it accepts 1-65535")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(f"{shown(text)} must be only scheme://HOST[:PORT]: the gateway calls the "
+                         "upstream's own paths")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 # orjson refuses to encode more than 254 levels; a request is re-encoded for the sequencer,

@@ -39,8 +39,9 @@ class Sequencer:
         self.ring = ring
         self.wake_socks = wake_socks
         self.counters = counters
-        self.capsule: Capsule = (UpstreamCapsule(self, config.upstream, config.upstream_token) if config.upstream
-                        else EmbeddedCapsule(config, self))
+        self.capsule: Capsule = (
+            UpstreamCapsule(self, config.upstream, config.upstream_token, config.upstream_cacert)
+            if config.upstream else EmbeddedCapsule(config, self))
         self.next_id = ring.head + 1
         self._wake_pending = False
         self.stopped = False  # set at shutdown: tasks cancelled then write nothing more

@@ -7,6 +7,10 @@ the ASGI sink), any other gets HTTP/1.1. The burst accept loop
 (gateway/worker/hypercorn/accept.py) wraps each accepted socket in TLS itself, so a TLS door
 still drains a reconnect storm.
 
+An https:// --upstream is verified against --upstream-cacert (or the system store):
+`upstream_context` builds that client context and `upstream_cacert_problem` checks the file
+at start, as the pair below is checked.
+
 The pair is checked once, at start, by loading it into a context exactly as hypercorn will:
 a missing, unreadable or mismatched file stops the gateway with one line (exit 2) instead of
 every worker failing on its own.
@@ -38,6 +42,28 @@ def certificate_problem(certfile: str | None, keyfile: str | None) -> str | None
         return f"--certfile {certfile} / --keyfile {keyfile}: not a usable PEM certificate and key ({exc.reason or exc})"
     except ValueError as exc:  # e.g. an encrypted key: the gateway takes no password
         return f"--keyfile {keyfile}: {exc}"
+    return None
+
+
+def upstream_context(cacert: str | None) -> ssl.SSLContext:
+    """The client context an https:// upstream is verified with: only --upstream-cacert's
+    CAs when it is set, else the system store; hostname checking on. ALPN offers only
+    http/1.1: the link speaks HTTP/1.1 (capsule/client.py)."""
+    context = ssl.create_default_context(cafile=cacert)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def upstream_cacert_problem(cacert: str | None) -> str | None:
+    """Why --upstream-cacert cannot be trusted (one line), or None: unset, or usable."""
+    if cacert is None:
+        return None
+    try:
+        upstream_context(cacert)
+    except ssl.SSLError as exc:  # a file that holds no PEM certificate
+        return f"--upstream-cacert {cacert}: not a usable PEM CA certificate file ({exc.reason or exc})"
+    except OSError as exc:
+        return f"--upstream-cacert {cacert}: {exc.strerror or exc}"
     return None
 
 

@@ -82,10 +82,11 @@ class Gateway:
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
                     tmp_path=None, env: dict | None = None,
                     nofile: tuple[int, int] | None = None,
-                    tls: ssl.SSLContext | None = None) -> Iterator[Gateway]:
+                    tls: ssl.SSLContext | None = None, ready: bool = True) -> Iterator[Gateway]:
     """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit.
     `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under; `tls`: the client context that
-    verifies a gateway started with --certfile/--keyfile."""
+    verifies a gateway started with --certfile/--keyfile; `ready`: wait for /readyz (else only
+    for /healthz: one whose upstream is out of reach serves, never ready)."""
     stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
     stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
@@ -101,7 +102,7 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
     try:
         port, metrics_port = _read_addresses(proc, metrics)
         gateway = Gateway(proc, port, metrics_port, stderr_path)
-        wait_ready(port, tls=tls)
+        wait_ready(port, tls=tls, path="/readyz" if ready else "/healthz")
         children = gateway.children()
         yield gateway
     finally:
@@ -206,11 +207,12 @@ def shm_bytes_per_gateway(workers: int) -> int:
         blocks.close()
 
 
-def wait_ready(port: int, timeout: float = START_TIMEOUT, tls: ssl.SSLContext | None = None) -> None:
+def wait_ready(port: int, timeout: float = START_TIMEOUT, tls: ssl.SSLContext | None = None,
+               path: str = "/readyz") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            status, _, _ = Http(port, tls=tls).request("GET", "/readyz")
+            status, _, _ = Http(port, tls=tls).request("GET", path)
             if status == 200:
                 return
         time.sleep(0.05)

@@ -70,7 +70,7 @@ REFUSED = [
     (values.parse_on_off, 1, "1 is not on or off"),
     (values.one_of(("queue", "none")), "maybe", "'maybe' is not queue or none"),
     (values.parse_text, 5, "5 is not text; write it in quotes"),
-    (values.parse_url, "ftp://capsule", "'ftp://capsule' is not an http:// or https:// URL"),
+    (values.parse_url, "ftp://capsule", "'ftp://capsule' is not an http:// or https:// URL; it accepts http(s)://HOST[:PORT]"),
     (values.parse_networks, "10.0.0.0/8,nowhere", "'nowhere' is not an address range (CIDR such as 10.0.0.0/8)"),
 ]
 

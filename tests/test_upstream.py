@@ -142,25 +142,30 @@ def test_upstream_paused_then_resumed_loses_nothing(tmp_path):
         assert "text:turn 3 done" in seen
 
 
+@contextlib.contextmanager
+def watching_b_after_a_burst(tmp_path, n: int):
+    """(A, B in front of it, a watcher on B that has read a burst of `n` to its end, the last
+    id it read): the start of every restart-of-A test."""
+    with running_gateway(tmp_path=tmp_path) as a, front_of(a, tmp_path) as b:
+        rpc(b.port, "SendMessage", user_message(f"/scenario burst n={n}"))
+        with SSEStream(b.port, WATCH, {}) as watcher:
+            yield a, b, watcher, watcher.read_until(is_terminal_event)[-1].id
+
+
 def test_upstream_restart_is_a_new_session(tmp_path):
-    with running_gateway(tmp_path=tmp_path) as a:
-        port = a.port
-        with front_of(a, tmp_path) as b:
-            rpc(b.port, "SendMessage", user_message("/scenario burst n=30"))
-            with SSEStream(b.port, WATCH, {}) as watcher:
-                last = watcher.read_until(is_terminal_event)[-1].id
-                a.stop()
-                wait_for(lambda: not _ready(b.port), what="B to notice the upstream is gone")
-                with running_gateway("--bind", f"127.0.0.1:{port}", tmp_path=tmp_path) as a2:
-                    wait_for(lambda: _ready(b.port), what="B to reconnect to the new A")
-                    rpc(a2.port, "SendMessage", user_message("/scenario burst n=3"))
-                    rest = list(watcher.events())
-                    assert item(rest[-1]).frame == {"frame": "capsule-closed"}
-                    with SSEStream(b.port, WATCH, {}, last_event_id=str(last)) as again:
-                        assert item(again.next()).frame["frame"] == "connection-ack"
-                        gap = again.next()
-                        assert item(gap).frame == {"frame": "gap", "firstAvailableId": 1}
-                        assert again.next().id == 1
+    with watching_b_after_a_burst(tmp_path, 30) as (a, b, watcher, last):
+        a.stop()
+        wait_for(lambda: not _ready(b.port), what="B to notice the upstream is gone")
+        with running_gateway("--bind", f"127.0.0.1:{a.port}", tmp_path=tmp_path) as a2:
+            wait_for(lambda: _ready(b.port), what="B to reconnect to the new A")
+            rpc(a2.port, "SendMessage", user_message("/scenario burst n=3"))
+            rest = list(watcher.events())
+            assert item(rest[-1]).frame == {"frame": "capsule-closed"}
+            with SSEStream(b.port, WATCH, {}, last_event_id=str(last)) as again:
+                assert item(again.next()).frame["frame"] == "connection-ack"
+                gap = again.next()
+                assert item(gap).frame == {"frame": "gap", "firstAvailableId": 1}
+                assert again.next().id == 1
 
 
 def test_a_sees_one_upstream_stream_per_b(tmp_path):

@@ -15,12 +15,16 @@ What watchers see of upstream trouble:
 - a break it does not cover (the upstream answers with a `gap` past our last id): the ids in
   between are missing from the ring, so every stream crossing them writes a `lagged` frame
   naming them (a task stream checks its task at its heartbeats, as after any loss);
-- a new upstream session (the upstream writes an id at or below our last one: a replay after
-  our Last-Event-ID never does, so its ids restarted):
+- a new upstream session, told at the reconnect by its replay (`resume.py`: the link resumes
+  one id before its last, which the same session always answers with something) or later by
+  an id at or below our last one (a replay after our Last-Event-ID never repeats one):
   a new gateway session: the ring is reset (new epoch), watchers get `capsule-closed`, and a
   reconnect with an old Last-Event-ID is answered by the spec's replay table. A restarted
-  upstream that has already written more events than our last id cannot be told apart from
-  the same session (the protocol carries no session identity): the spec's own limit.
+  upstream that has written past our last id and evicted it cannot be told apart from the
+  same session (the protocol carries no session identity): the spec's own limit.
+
+Trouble reaching the upstream is logged with its detail and answered to clients in the
+gateway's own words (`upstream_answers.unreachable`, `credentials_refused`).
 - the upstream's `capsule-closed` closes the gateway's session the same way.
 """
 
@@ -34,9 +38,11 @@ import orjson
 
 from gateway import logs, records
 from gateway.capsule import paging
-from gateway.capsule.client import Connection, UpstreamError, request
-from gateway.capsule.upstream_answers import (AttachmentCache, fetch_attachment, listed_tasks,
-                                              opening_now, relayed, stream_opening)
+from gateway.capsule.client import Connection, Origin, UpstreamError, request
+from gateway.capsule.resume import RESTARTED, SKIP, Resume
+from gateway.capsule.upstream_answers import (CREDENTIAL_STATUSES, AttachmentCache, credentials_refused,
+                                              fetch_attachment, listed_tasks, opening_now, relayed,
+                                              stream_opening, unreachable)
 from gateway.capsule.writer import RingWriter
 from gateway.control import Op
 from gateway.protocol import events, states
@@ -65,13 +71,16 @@ class KnownTask:
 class UpstreamCapsule:
     """The capsule side of the sequencer when `--upstream` is set."""
 
-    def __init__(self, writer: RingWriter, url: str, token: str | None):
+    def __init__(self, writer: RingWriter, url: str, token: str | None, cacert: str | None):
         self.writer = writer
         self.url = url
+        self.origin = Origin(url, cacert)
         self.token = token
         self.tasks: dict[str, KnownTask] = {}
         self._keys = 0
         self.last_id = 0
+        self._last_event: bytes | None = None  # the result bytes of event `last_id`
+        self._resume = Resume(0, None)
         self.closed = False
         self.attachments = AttachmentCache(ATTACHMENT_CACHE_BYTES)
         self._card: tuple[float, dict] | None = None
@@ -118,16 +127,21 @@ class UpstreamCapsule:
         """Read the upstream's WatchSession into the ring until it ends; True when it ended on
         the upstream's `lagged` frame (this link fell behind its lag limit), whose skipped
         events a resume with our Last-Event-ID gets back from its replay."""
-        conn = Connection(self.url)
+        conn = Connection(self.origin)
         body = orjson.dumps({"jsonrpc": "2.0", "id": LINK_RPC_ID, "method": WATCH_SESSION, "params": {}})
+        self._resume = Resume(self.last_id, self._last_event)
         try:
-            head = await conn.open("POST", "/", self.headers([("Last-Event-ID", str(self.last_id))]), body)
+            head = await conn.open("POST", "/", self.headers([("Last-Event-ID", str(self._resume.after))]), body)
+            if head.status_code in CREDENTIAL_STATUSES:
+                raise UpstreamError(f"the upstream refused the gateway's credentials (HTTP {head.status_code})")
             if head.status_code != 200:
                 raise UpstreamError(f"the upstream answered WatchSession with HTTP {head.status_code}")
             parser = SSEParser()
             async for chunk in conn.chunks():
                 for event in parser.feed(chunk):
-                    if event.data is not None and self._take(event.id, event.data.encode()):
+                    if event.data is None:  # a heartbeat: the replay is over
+                        self._judge(self._resume.heartbeat(), "the upstream replayed nothing")
+                    elif self._take(event.id, event.data.encode()):
                         return True
         finally:
             conn.close()
@@ -140,13 +154,17 @@ class UpstreamCapsule:
             raise UpstreamError(f"the upstream refused the WatchSession: {error.get('message')}")
         if event_id is None:
             return self._take_unnumbered(item)
-        if event_id <= self.last_id:  # a replay after our last id never holds it: ids restarted
-            self._new_session()
         full = data[len(LINK_PREFIX):-1] if data.startswith(LINK_PREFIX) and data.endswith(b"}") else \
             orjson.dumps(orjson.loads(data)["result"])
+        verdict = self._resume.event(event_id, full)
+        if verdict is SKIP:
+            return False  # our last event again: the replay's one event of overlap
+        if event_id <= self.last_id:  # a replay after an id never repeats it: ids restarted
+            verdict = RESTARTED
+        self._judge(verdict, f"the upstream wrote id {event_id} again")
         key, meta, plain = self._classify(item)
         self.writer.append_raw(event_id, key, meta, full, plain)
-        self.last_id = event_id
+        self.last_id, self._last_event = event_id, full
         return False
 
     def _take_unnumbered(self, item) -> bool:
@@ -154,7 +172,10 @@ class UpstreamCapsule:
         name = frame.get("frame") if frame else None
         if name == events.FRAME_LAGGED:
             return True
-        if name == events.FRAME_CONNECTION_ACK:
+        if name == events.FRAME_GAP:
+            self._judge(self._resume.gap(frame.get("firstAvailableId")),
+                        "the upstream never issued the id the link resumed after")
+        elif name == events.FRAME_CONNECTION_ACK:
             self.writer.set_conversation(frame.get("conversationMode", "stateless"))
             self.writer.set_connected(True)
             self.log.info("upstream stream open", url=self.url, last_id=self.last_id)
@@ -164,13 +185,16 @@ class UpstreamCapsule:
                 self.writer.close_session()
         return False
 
-    def _new_session(self) -> None:
-        """The upstream's ids restarted: a new gateway session."""
+    def _judge(self, verdict: str | None, why: str) -> None:
+        """On the resume check's RESTARTED (resume.py): the upstream's ids restarted, so a new
+        gateway session."""
+        if verdict is not RESTARTED:
+            return
         self.log.warning("upstream started a new session; starting a new gateway session",
-                         last_id=self.last_id)
+                         last_id=self.last_id, why=why)
         self.tasks.clear()
         self.attachments.clear()  # the old session's tasks are gone upstream
-        self.last_id = 0
+        self.last_id, self._last_event = 0, None
         self.closed = False
         self.writer.new_session()
 
@@ -206,9 +230,9 @@ class UpstreamCapsule:
     async def call(self, method: str, params: dict) -> object:
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         try:
-            status, _, payload = await request(self.url, "POST", "/", self.headers(), body)
+            status, _, payload = await request(self.origin, "POST", "/", self.headers(), body)
         except UpstreamError as exc:
-            raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+            raise unreachable(method, exc) from None
         return relayed(method, status, payload)
 
     def _visible(self, task_id: object, p: dict) -> KnownTask | None:
@@ -272,7 +296,7 @@ class UpstreamCapsule:
     async def _upstream_opening(self, method: str, params: dict) -> dict:
         """The task the upstream opens `method`'s stream with, or its refusal raised as it
         came. An opening its card said it would refuse means the card changed: read it again."""
-        task = await stream_opening(self.url, self.headers(), method, params)
+        task = await stream_opening(self.origin, self.headers(), method, params)
         self._card = None
         if not isinstance(task.get("id"), str):
             raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} with a task without an id")
@@ -311,7 +335,7 @@ class UpstreamCapsule:
             return None
         found = self.attachments.get(task_id, sha)
         if found is None:
-            found = await fetch_attachment(self.url, self.headers(), task_id, sha)
+            found = await fetch_attachment(self.origin, self.headers(), task_id, sha)
             if found is None:
                 return None
             self.attachments.put(task_id, sha, found)
@@ -322,12 +346,17 @@ class UpstreamCapsule:
         now = asyncio.get_running_loop().time()
         if self._card is None or now - self._card[0] > CARD_SECONDS:
             try:
-                status, _, body = await request(self.url, "GET", "/.well-known/agent-card.json", [])
-                if status != 200:  # a refusal's body is not a card
-                    raise UpstreamError(f"it answered HTTP {status}")
+                status, _, body = await request(self.origin, "GET", "/.well-known/agent-card.json", [])
+            except UpstreamError as exc:
+                raise unreachable("agent card", exc) from None
+            if status in CREDENTIAL_STATUSES:
+                raise credentials_refused("agent card", status, body)
+            if status != 200:  # a refusal's body is not a card
+                raise RpcError(INTERNAL_ERROR, f"the upstream answered its agent card with HTTP {status}")
+            try:
                 self._card = (now, orjson.loads(body))
-            except (UpstreamError, orjson.JSONDecodeError) as exc:
-                raise RpcError(INTERNAL_ERROR, f"the upstream's agent card is not available: {exc}") from None
+            except orjson.JSONDecodeError:
+                raise RpcError(INTERNAL_ERROR, "the upstream's agent card is not JSON") from None
         return self._card[1]
 
     async def extended_card(self, p: dict) -> dict:

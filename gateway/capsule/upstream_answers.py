@@ -6,6 +6,11 @@ not tell the two apart), so where the answer is the upstream's to give, it is th
 upstream's answer: the JSON-RPC error code and message as it wrote them, a refused stream
 as its one JSON body, and attachment bytes only for the (task, sha256) the upstream itself
 serves.
+
+Two answers are the gateway's own, worded for a client of the gateway: an upstream it cannot
+reach (its addresses and the OS's reason would tell a client the gateway's internal topology),
+and an upstream that refuses the gateway's credentials (the upstream's wording is about the
+gateway's token, not the client's). Their detail goes to the gateway's log, one line each.
 """
 
 from __future__ import annotations
@@ -17,17 +22,37 @@ from typing import NoReturn
 
 import orjson
 
+from gateway import logs
 from gateway.capsule import paging
-from gateway.capsule.client import Connection, UpstreamError, request
+from gateway.capsule.client import Connection, Origin, UpstreamError, request
 from gateway.protocol.errors import ERRORS, INTERNAL_ERROR, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
 
 OPENING_TIMEOUT = 30.0
 OPENING_BYTES = 1 << 20
+UNREACHABLE = "the upstream capsule is unreachable"
+CREDENTIALS_REFUSED = "the upstream refused the gateway's credentials"
+CREDENTIAL_STATUSES = (401, 403)
+log = logs.get("upstream")
+
+
+def unreachable(what: str, exc: UpstreamError) -> RpcError:
+    """The answer while the upstream cannot be asked `what`; the reason goes to the log."""
+    log.warning("upstream unreachable", call=what, error=str(exc))
+    return RpcError(INTERNAL_ERROR, UNREACHABLE)
+
+
+def credentials_refused(what: str, status: int, payload: bytes) -> RpcError:
+    """The answer when the upstream's door refuses the gateway's token; its words go to the log."""
+    log.warning("upstream refused the gateway's credentials", call=what, status=status,
+                answer=payload[:500].decode("utf-8", "replace"))
+    return RpcError(INTERNAL_ERROR, CREDENTIALS_REFUSED)
 
 
 def relayed(method: str, status: int, payload: bytes) -> object:
     """The `result` of the upstream's JSON-RPC answer, or its error raised as it came."""
+    if status in CREDENTIAL_STATUSES:
+        raise credentials_refused(method, status, payload)
     try:
         answer = orjson.loads(payload)
     except orjson.JSONDecodeError:
@@ -52,11 +77,11 @@ def _raise_refusal(method: str, status: int, error: object) -> NoReturn:
     raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
 
 
-async def stream_opening(url: str, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
+async def stream_opening(origin: Origin, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
     """The task the upstream opens a `method` stream with (the stream is then closed: the
     gateway serves it from its ring); the upstream's refusal, a JSON body, raised as it came."""
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    conn = Connection(url)
+    conn = Connection(origin)
     try:
         async with asyncio.timeout(OPENING_TIMEOUT):
             head = await conn.open("POST", "/", headers, body)
@@ -74,7 +99,7 @@ async def stream_opening(url: str, headers: list[tuple[str, str]], method: str, 
     except TimeoutError:
         raise RpcError(INTERNAL_ERROR, f"the upstream did not open {method} within {OPENING_TIMEOUT:g} s") from None
     except UpstreamError as exc:
-        raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+        raise unreachable(method, exc) from None
     finally:
         conn.close()
     raise RpcError(INTERNAL_ERROR, f"the upstream opened {method} without its task")
@@ -156,16 +181,18 @@ class AttachmentCache:
         self._bytes = 0
 
 
-async def fetch_attachment(url: str, headers: list[tuple[str, str]], task_id: str,
+async def fetch_attachment(origin: Origin, headers: list[tuple[str, str]], task_id: str,
                            sha256: str) -> tuple[str, bytes] | None:
     """(media type, bytes) as the upstream serves them, or None where it answers otherwise;
     RpcError when it cannot be asked (not "no such attachment": the door answers 503). The
     task id is percent-encoded: the upstream reads the very id the client sent."""
     path = f"/attachments/{urllib.parse.quote(task_id, safe='')}/{urllib.parse.quote(sha256, safe='')}"
     try:
-        status, answer_headers, body = await request(url, "GET", path, headers)
+        status, answer_headers, body = await request(origin, "GET", path, headers)
     except UpstreamError as exc:
-        raise RpcError(INTERNAL_ERROR, f"the upstream capsule is not reachable: {exc}") from None
+        raise unreachable("attachment", exc) from None
+    if status in CREDENTIAL_STATUSES:
+        raise credentials_refused("attachment", status, body)
     if status != 200:
         return None
     return answer_headers.get("content-type", "application/octet-stream"), body
