@@ -4,21 +4,14 @@ An operator reads from its first line which build runs, whether it serves the em
 capsule or fronts one (and which), how many watchers it can hold and what bounds that
 (descriptors or memory: docs/sizing.md says what to raise), whether the door is public,
 whether it speaks TLS and where its metrics are. Nothing secret goes in it: the upstream's
-URL loses its userinfo and query, and tokens are only counted.
+URL is only scheme://HOST:PORT (config_values.parse_url refuses credentials), and tokens are
+only counted.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from gateway import tls, version
 from gateway.config import Config
-
-
-def shown_url(url: str) -> str:
-    """`url` without userinfo (``user:password@``), query or fragment, which may hold secrets."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def door(config: Config) -> str:
@@ -34,7 +27,7 @@ def fields(config: Config, *, listening: str, metrics: str | None, capacity_boun
     """The banner's fields. `config.max_connections` is resolved (per worker); `capacity_bound`
     says what set it: "descriptors", "memory" or "--max-connections"."""
     mode = {"mode": "embedded"} if config.upstream is None else {
-        "mode": "upstream", "upstream": shown_url(config.upstream)}
+        "mode": "upstream", "upstream": config.upstream}
     return {
         "version": version(),
         **mode,
