@@ -109,7 +109,7 @@ class FakeControl:
 
 @pytest.fixture
 def ring():
-    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}")
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=control_words.COUNT)
     try:
         yield ring
     finally:

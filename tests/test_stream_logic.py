@@ -115,15 +115,16 @@ def test_replay_writes_what_follows_last_event_id_for_its_filter():
     window, stream = Window(512), task_stream()
     fill(window, frame_event("a"), frame_event("x", key=9), frame_event("b"), status_event(states.COMPLETED),
          frame_event("after"))
-    parts: list[bytes] = []
-    assert stream.replay(window, 1, parts) is True  # the terminal status ended it
-    assert [event_id for event_id, _ in parse(b"".join(parts))] == [3, 4]
+    stream.start_replay(window, 1)
+    assert [event_id for event_id, _ in parse(stream.gather(window))] == [3, 4]
+    assert stream.ended  # the terminal status ended it
 
 
 def test_a_replayed_input_required_does_not_end_a_send_streaming_message_stream():
     window, stream = Window(512), task_stream(SEND_STREAMING_MESSAGE)
     fill(window, status_event(states.INPUT_REQUIRED))
-    assert stream.replay(window, 0, []) is False
+    stream.start_replay(window, 0)
+    assert [event_id for event_id, _ in parse(stream.gather(window))] == [1] and not stream.ended
     fill(window, status_event(states.INPUT_REQUIRED))
     stream.gather(window)
     assert stream.ended  # live, it does
