@@ -50,7 +50,8 @@ class CatchUp:
             self._run_handle = None
 
     def _run(self) -> None:
-        self._run_handle = None
+        # `_run_handle` stays set while this runs: a stream added back meanwhile waits for the
+        # one next run, scheduled below, not for a second run in the same turn.
         queue, write = self._queue, self._write
         deadline = time.perf_counter() + TURN_BUDGET_SECONDS
         written = 0
@@ -60,6 +61,5 @@ class CatchUp:
             written += write(stream)
             if time.perf_counter() >= deadline:
                 break
-        if queue:
-            self._run_handle = asyncio.get_running_loop().call_soon(self._run)
+        self._run_handle = asyncio.get_running_loop().call_soon(self._run) if queue else None
         self._after_run(written)

@@ -6,8 +6,8 @@ stream gathers its body (stream.py) and the hub hands it to the stream's sink (s
 the pass itself, with no coroutine switch. A stream's coroutine (`serve`) runs only for what
 needs an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind
 after a write (a replay, a catch-up past one piece) is written its next piece by the
-catch-up queue (catchup.py), one piece per stream per turn of the loop; the pass leaves its
-events to that queue and writes only its heartbeat. Every delivery metric
+catch-up queue (catchup.py), one piece per stream per turn of the loop; the pass leaves a
+queued replay to that queue and writes only its heartbeat. Every delivery metric
 is counted here, once per pass: shared batches once per batch, each stream's own walk from
 what it noted.
 
@@ -205,7 +205,8 @@ class Hub:
 
     def _write(self, stream: Stream) -> int:
         """A parked stream's write in the pass or the catch-up queue: 1 when it wrote. A
-        queued stream's events wait for its turn there; its heartbeat does not. Still behind
+        queued replay waits for its turn there (so a pass never writes a storm's replays
+        at once); its heartbeat does not, and live events do not. Still behind
         after the write, and under the high-water mark: it queues for its next piece.
         Whatever needs an await (a blocked sink, a task lookup, the end) resumes its
         coroutine instead."""
@@ -216,7 +217,7 @@ class Hub:
         if self.window.closing or stream.check_due or sink.closed:
             waiter.set_result(None)
             return 0
-        body = stream.gather(self.window, events_too=not stream.queued)
+        body = stream.gather(self.window, events_too=not (stream.queued and stream.replaying))
         if stream.noted is not None:
             self._count_noted(stream)
         if not body:
