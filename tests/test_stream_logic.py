@@ -256,3 +256,16 @@ def test_a_task_stream_replays_in_pieces_and_skips_other_tasks():
     bodies = gather_all(stream, window)
     ids = [event_id for body in bodies for event_id, _ in parse(body)]
     assert len(bodies) > 1 and ids == [i + 1 for i in range(400) if i % 4]
+
+
+def test_a_replay_the_ring_overwrote_entirely_counts_each_lost_event_once():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    first = [event_id for event_id, _ in parse(stream.gather(window))]
+    fill(window, *big_frames(1000))  # ids 513..1512: the whole replay and more left the window
+    rest = [item for body in gather_all(stream, window) for item in parse(body)]
+    numbered = first + [event_id for event_id, _ in rest if event_id is not None]
+    lagged = [item.frame["missed"] for event_id, item in rest if event_id is None]
+    assert numbered == list(range(1, first[-1] + 1)) + list(range(1512 - LAG_LIMIT + 1, 1513))
+    assert len(numbered) + sum(lagged) == 1512

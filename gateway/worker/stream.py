@@ -184,7 +184,9 @@ class Stream:
         session's end. Sets `ended`, and `check_due` when a lost task stream must have its
         task looked up."""
         parts: list[bytes] = []
-        if events_too:
+        # A replay whose pending events all left the window writes nothing of it: the live
+        # events after it are then this write's piece (at most two walks: replay, live).
+        while events_too and not parts and not self.ended and self.behind(window):
             self.ended = self._collect(window, parts)
         due = self.heartbeat_due
         if due is not None:
@@ -220,7 +222,7 @@ class Stream:
         missed = 0
         if not replaying:  # the lag rule: live events only
             cursor, missed = skip_lag(cursor, head)
-        first = max(cursor + 1, head - window.slots + 1)  # older ids have left the window
+        first = min(max(cursor + 1, head - window.slots + 1), end + 1)  # older ids have left the window
         missed += first - cursor - 1
         delivered = size = 0
         ended = False
