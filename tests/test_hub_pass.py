@@ -74,6 +74,11 @@ class FakeSink:
     def ids(self) -> list[int | None]:
         return [None if e.id is None else int(e.id) for e in SSEParser().feed(b"".join(self.writes))]
 
+    def items(self) -> list[tuple[int | None, object]]:
+        """(event id, StreamResponse item) of each event written, heartbeats left out."""
+        return [(None if e.id is None else int(e.id), read_stream_response(e.data.encode())[1])
+                for e in SSEParser().feed(b"".join(self.writes)) if e.data is not None]
+
 
 class FakeCounters:
     def __init__(self):
@@ -345,13 +350,6 @@ class TurnSink(FakeSink):
         self.write_turns.append(self.turns.count)
         return super().write(body)
 
-    def items(self) -> list[tuple[int | None, object]]:
-        out = []
-        for event in SSEParser().feed(b"".join(self.writes)):
-            if event.data is not None:
-                out.append((None if event.id is None else int(event.id), read_stream_response(event.data.encode())[1]))
-        return out
-
 
 async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Stream:
     """A watcher whose request was read now, with Last-Event-ID `after` (as app.py opens it)."""
@@ -360,6 +358,16 @@ async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Stream
     stream.start_replay(bench.hub.window, after)
     await bench.open(stream, sink)
     return stream
+
+
+async def blocked_mid_replay(bench: Bench) -> tuple[Stream, FakeSink]:
+    """A full ring's replay whose first piece filled the transport: its coroutine drains."""
+    bench.frames(512, text=PAD)
+    sink = FakeSink()
+    sink.block = True
+    stream = await open_replaying(bench, sink)
+    await until(lambda: sink.drains == 1)
+    return stream, sink
 
 
 async def until(predicate, turns: int = 10_000) -> None:
@@ -391,11 +399,7 @@ def test_a_storm_of_replays_is_written_a_bounded_piece_per_stream_per_turn(ring)
 
 def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
     async def scenario(bench: Bench):
-        bench.frames(512, text=PAD)
-        sink = FakeSink()
-        sink.block = True  # the first piece fills the transport past its high-water mark
-        stream = await open_replaying(bench, sink)
-        await until(lambda: sink.drains == 1)
+        stream, sink = await blocked_mid_replay(bench)
         for _ in range(20):
             await asyncio.sleep(0)  # FakeSink fails any write while blocked
         assert len(sink.writes) == 1 and stream.replaying
@@ -409,19 +413,13 @@ def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
 
 def test_replay_events_evicted_before_they_were_sent_are_named_by_a_lagged_frame(ring):
     async def scenario(bench: Bench):
-        turns = Turns()
-        bench.frames(512, text=PAD)
-        sink = TurnSink(turns)
-        sink.block = True
-        await open_replaying(bench, sink)
-        await until(lambda: sink.drains == 1)
+        _, sink = await blocked_mid_replay(bench)
         sent = sink.ids()[-1]
         bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300: some were never sent
         bench.hub.sync()
         sink.block = False
         sink.released_drain.set()
         await until(lambda: sink.ids() and sink.ids()[-1] == 812)
-        turns.stop()
         numbered = [i for i in sink.ids() if i is not None]
         lagged = [item.frame["missed"] for event_id, item in sink.items() if event_id is None]
         assert lagged[0] == 300 - sent  # the replay's evicted events, named before the next one
