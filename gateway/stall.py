@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import Callable
 
 from gateway import control_words, procstat
 
@@ -36,9 +37,10 @@ STOPPED_STATES = ("T", "t")
 TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
 
 
-def start_pulse(words, index: int) -> Pulse:
-    """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``."""
-    pulse = Pulse(words, control_words.LOOP_BEAT + index)
+def start_pulse(words, index: int, late: Callable[[float], None] = lambda seconds: None) -> Pulse:
+    """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``; `late`
+    is told, at each beat, how many seconds past its due time it ran (the loop's stall)."""
+    pulse = Pulse(words, control_words.LOOP_BEAT + index, late)
     pulse.beat()
     _install_test_hang(asyncio.get_running_loop())
     return pulse
@@ -47,13 +49,16 @@ def start_pulse(words, index: int) -> Pulse:
 class Pulse:
     """The worker's side: one timer on its event loop, one u64 it alone writes."""
 
-    def __init__(self, words, slot: int):
-        self.words, self.slot = words, slot
+    def __init__(self, words, slot: int, late: Callable[[float], None]):
+        self.words, self.slot, self.late = words, slot, late
         self.timer: asyncio.TimerHandle | None = None
 
     def beat(self) -> None:
         self.words[self.slot] += 1
-        self.timer = asyncio.get_running_loop().call_later(PULSE_SECONDS, self.beat)
+        loop = asyncio.get_running_loop()
+        if self.timer is not None:
+            self.late(max(0.0, loop.time() - self.timer.when()))
+        self.timer = loop.call_later(PULSE_SECONDS, self.beat)
 
     def cancel(self) -> None:
         if self.timer is not None:

@@ -25,7 +25,8 @@ from each connection's first byte (`--track-from-open`), for `--live-timeout` se
 for 2 s. It reports the time until every watcher had its replay (with `--rate 0`: the last
 replayed event's arrival, from the storm's start), the
 reader's id checks, and from the gateway's own metrics over the storm: the heartbeat jitter
-p99 and largest bucket (its histogram), and the workers the supervisor replaced. Pin with
+p99 and largest bucket (its histogram), the longest loop stall the workers measured (the
+largest bucket of `loop_stall_seconds`), and the workers the supervisor replaced. Pin with
 `--server-cpus 0 --client-cpus 1`:
 
     python -m loadtest.storm --csse /tmp/csse --watchers 10000 --workers 2 --rate 10 --size 300 \
@@ -316,28 +317,34 @@ def storm(args, server_pid: int = 0) -> dict:
 
 # --- the storm of full replays, read by the C reader ---
 
+HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
+
+
 def scrape(metrics_port: int) -> dict:
-    """The gateway's heartbeat jitter buckets (cumulative, by bound) and worker restarts now."""
+    """The gateway's heartbeat jitter and loop stall buckets (cumulative, by bound) and worker
+    restarts now."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-    buckets, restarts = {}, 0.0
+    found: dict = {name: {} for name in HISTOGRAMS}
+    found["restarts"] = 0.0
     for line in text.splitlines():
-        if line.startswith("murgw_heartbeat_jitter_seconds_bucket"):
-            bound = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("murgw_worker_restarts_total"):
-            restarts = float(line.rsplit(" ", 1)[1])
-    return {"jitter": buckets, "restarts": restarts}
+        for name, series in HISTOGRAMS.items():
+            if line.startswith(series):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                found[name][float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+        if line.startswith("murgw_worker_restarts_total"):
+            found["restarts"] = float(line.rsplit(" ", 1)[1])
+    return found
 
 
-def jitter_over(before: dict, after: dict) -> dict:
-    """p99 and the largest nonempty bucket of the heartbeats written between two scrapes."""
-    delta = sorted((bound, after["jitter"][bound] - before["jitter"].get(bound, 0)) for bound in after["jitter"])
+def histogram_over(before: dict, after: dict) -> dict:
+    """Count, p99 and the largest nonempty bucket (its bound) observed between two scrapes."""
+    delta = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)
     total = delta[-1][1] if delta else 0
     if not total:
-        return {"heartbeats": 0, "p99_ms": None, "max_bucket_ms": None}
+        return {"count": 0, "p99_ms": None, "max_bucket_ms": None}
     p99 = next(bound for bound, count in delta if count >= 0.99 * total)
     top = next(bound for bound, count in delta if count >= total)
-    return {"heartbeats": int(total), "p99_ms": round(p99 * 1000, 1), "max_bucket_ms": round(top * 1000, 1)}
+    return {"count": int(total), "p99_ms": round(p99 * 1000, 1), "max_bucket_ms": round(top * 1000, 1)}
 
 
 def fill_ring(url: str, frames: int) -> None:
@@ -381,7 +388,8 @@ def csse_storm(args, metrics_port: int) -> dict:
             "every_watcher_replayed": every_replay,
             "time_until_all_replayed_s": round(replayed_by, 2) if every_replay and not args.rate else None,
             "reader_wall_s": round(wall, 2),
-            "heartbeat_jitter": jitter_over(before, after),
+            "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
+            "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
             "worker_restarts": int(after["restarts"] - before["restarts"]),
             "reader": {key: reader.get(key) for key in keys}}
 

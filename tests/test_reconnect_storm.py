@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import socket
 import subprocess
+import urllib.request
 
 import pytest
 import uvloop
@@ -118,7 +120,7 @@ STORM_WATCHERS = 300
 
 
 def test_a_storm_of_full_replays_is_exact_and_replaces_no_worker(tmp_path):
-    with running_gateway("--worker-stall-timeout", "2", workers=2, tmp_path=tmp_path) as gateway:
+    with running_gateway("--worker-stall-timeout", "2", workers=2, metrics=True, tmp_path=tmp_path) as gateway:
         workers = wait_for(lambda: len(gateway.worker_pids()) == 2 and gateway.worker_pids(), what="workers")
         newest = full_ring(gateway.port)
         oldest = newest - 511  # the buffer holds the newest 512
@@ -138,6 +140,9 @@ def test_a_storm_of_full_replays_is_exact_and_replaces_no_worker(tmp_path):
                 conn.close()
         assert gateway.worker_pids() == workers  # busy, never replaced
         assert not [rec for rec in gateway.logs() if rec.get("event", "").startswith("worker's event loop stood still")]
+        # Each worker measured its loop's stalls meanwhile (its pulse's lateness), for the benchmark.
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.metrics_port}/metrics", timeout=10).read().decode()
+        assert float(re.search(r"^murgw_loop_stall_seconds_count (\S+)$", metrics, re.M).group(1)) > 0
 
 
 def test_a_reader_too_slow_for_its_replay_is_told_what_it_lost(tmp_path):
