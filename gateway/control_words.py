@@ -16,7 +16,8 @@ Each is one aligned u64 in the ring's control area, written by exactly one role:
   byte on its socket at the next event. Under load the flag stays clear and the sequencer
   makes no syscall for that worker.
 - ``LOOP_BEAT + i`` (worker i): bumped each time worker i's event loop turns a pulse
-  (``gateway.stall``); the supervisor replaces a worker whose word stands still.
+  (``gateway.stall``) and as its hub writes (``gateway.worker.hub``); the supervisor
+  replaces a worker whose word stands still.
 
 The ring is created with ``COUNT`` control words.
 """

@@ -59,6 +59,8 @@ HISTOGRAMS = {
                           "endpoint", ENDPOINTS, LAG_BUCKETS, 1),
     "heartbeat_jitter_seconds": ("Actual minus scheduled heartbeat write time.",
                                  None, ("",), JITTER_BUCKETS, MICRO),
+    "loop_stall_seconds": ("How late each worker's 0.25 s stall pulse ran: time its event loop "
+                           "went without a turn.", None, ("",), JITTER_BUCKETS, MICRO),
 }
 
 

@@ -1,8 +1,11 @@
 """A stuck worker is replaced: a heartbeat word per worker that its event loop bumps.
 
 Each worker bumps ``control_words.LOOP_BEAT + index`` in the ring's control area every
-PULSE_SECONDS from a timer on its event loop (`start_pulse`): the word moves only while the
-loop turns. The supervisor (`StallWatch`) remembers when each word last moved; a worker whose
+PULSE_SECONDS from a timer on its event loop (`start_pulse`), and its hub bumps the same word
+as it makes progress (a pass's streams written, a catch-up run, an opening served:
+gateway/worker/hub.py): the word moves while the loop turns or the worker writes, so a worker
+that is busy, even inside one long callback, is never taken for a stuck one. A loop blocked
+in a system call, or spinning in code that writes nothing, moves it neither way. The supervisor (`StallWatch`) remembers when each word last moved; a worker whose
 word has stood still for ``--worker-stall-timeout`` seconds is treated like a crashed one:
 killed with SIGKILL (a blocked or spinning loop would never run a SIGTERM handler) and
 replaced, and its watchers reconnect with ``Last-Event-ID`` into the replay. The supervisor
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import Callable
 
 from gateway import control_words, procstat
 
@@ -33,9 +37,10 @@ STOPPED_STATES = ("T", "t")
 TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
 
 
-def start_pulse(words, index: int) -> Pulse:
-    """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``."""
-    pulse = Pulse(words, control_words.LOOP_BEAT + index)
+def start_pulse(words, index: int, late: Callable[[float], None] = lambda seconds: None) -> Pulse:
+    """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``; `late`
+    is told, at each beat, how many seconds past its due time it ran (the loop's stall)."""
+    pulse = Pulse(words, control_words.LOOP_BEAT + index, late)
     pulse.beat()
     _install_test_hang(asyncio.get_running_loop())
     return pulse
@@ -44,13 +49,16 @@ def start_pulse(words, index: int) -> Pulse:
 class Pulse:
     """The worker's side: one timer on its event loop, one u64 it alone writes."""
 
-    def __init__(self, words, slot: int):
-        self.words, self.slot = words, slot
+    def __init__(self, words, slot: int, late: Callable[[float], None]):
+        self.words, self.slot, self.late = words, slot, late
         self.timer: asyncio.TimerHandle | None = None
 
     def beat(self) -> None:
         self.words[self.slot] += 1
-        self.timer = asyncio.get_running_loop().call_later(PULSE_SECONDS, self.beat)
+        loop = asyncio.get_running_loop()
+        if self.timer is not None:
+            self.late(max(0.0, loop.time() - self.timer.when()))
+        self.timer = loop.call_later(PULSE_SECONDS, self.beat)
 
     def cancel(self) -> None:
         if self.timer is not None:

@@ -18,6 +18,20 @@ the kernel's listen-queue counters (`nstat`) before and after.
 
     python -m loadtest.storm --watchers 5000 --workers 2 --rate 10
 
+With `--csse PATH` the storm is the issue #25 one instead: a full ring from a
+`/scenario burst n=--burst` task, then `--watchers` streams opened at once by the C reader
+(`PATH`, built from the csse tool with its build.sh) with `Last-Event-ID: 0`, ids checked
+from each connection's first byte (`--track-from-open`), for `--live-timeout` seconds, or with `--rate 0` until no event came
+for 2 s. It reports the time until every watcher had its replay (with `--rate 0`: the last
+replayed event's arrival, from the storm's start), the
+reader's id checks, and from the gateway's own metrics over the storm: the heartbeat jitter
+p99 and largest bucket (its histogram), the longest loop stall the workers measured (the
+largest bucket of `loop_stall_seconds`), and the workers the supervisor replaced. Pin with
+`--server-cpus 0 --client-cpus 1`:
+
+    python -m loadtest.storm --csse /tmp/csse --watchers 10000 --workers 2 --rate 10 --size 300 \
+        --server-cpus 0 --client-cpus 1
+
 Bounded: the openings by `--connect-timeout`, the wait for first events by `--live-timeout`,
 every pipe read by a timeout; the gateway (started here) is stopped by pid at the end.
 """
@@ -33,7 +47,9 @@ import re
 import subprocess
 import sys
 import threading
+import tempfile
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
 import orjson
@@ -299,14 +315,95 @@ def storm(args, server_pid: int = 0) -> dict:
     }
 
 
+# --- the storm of full replays, read by the C reader ---
+
+HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
+
+
+def scrape(metrics_port: int) -> dict:
+    """The gateway's heartbeat jitter and loop stall buckets (cumulative, by bound) and worker
+    restarts now."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    found: dict = {name: {} for name in HISTOGRAMS}
+    found["restarts"] = 0.0
+    for line in text.splitlines():
+        for name, series in HISTOGRAMS.items():
+            if line.startswith(series):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                found[name][float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+        if line.startswith("murgw_worker_restarts_total"):
+            found["restarts"] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def histogram_over(before: dict, after: dict) -> dict:
+    """Count, p99 and the largest nonempty bucket (its bound) observed between two scrapes."""
+    delta = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)
+    total = delta[-1][1] if delta else 0
+    if not total:
+        return {"count": 0, "p99_ms": None, "max_bucket_ms": None}
+    p99 = next(bound for bound, count in delta if count >= 0.99 * total)
+    top = next(bound for bound, count in delta if count >= total)
+    return {"count": int(total), "p99_ms": round(p99 * 1000, 1), "max_bucket_ms": round(top * 1000, 1)}
+
+
+def fill_ring(url: str, frames: int) -> None:
+    """Run a `/scenario burst` task of `frames` to its end (SendMessage answers when it is queued;
+    the burst writes as fast as it can, and the storm starts only after `settle` seconds)."""
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "role": "ROLE_USER", "messageId": "msg-storm", "parts": [{"text": f"/scenario burst n={frames}"}]}}})
+    request = urllib.request.Request(url, body, {"content-type": "application/json", "a2a-version": "1.0"})
+    urllib.request.urlopen(request, timeout=30).read()
+
+
+def csse_storm(args, metrics_port: int) -> dict:
+    fill_ring(args.url, args.burst)
+    time.sleep(args.settle)
+    before = scrape(metrics_port)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "csse.json")
+        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", "--last-event-id", "0",
+                            "--track-ids", "--track-from-open", "--idle-exit", "2",
+                            "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
+                            "--procs", str(args.procs), "--out", out, args.url], args.client_cpus)
+        started = time.monotonic()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
+        wall = time.monotonic() - started
+        with open(out, "rb") as fh:
+            reader = orjson.loads(fh.read())
+    after = scrape(metrics_port)
+    # Every numbered event a watcher was owed: the 512 of its replay (those the ring overwrote
+    # before it reached them are named by lagged frames), and with --rate, the live ones.
+    received = reader.get("events_before_go", 0) + reader.get("events_total", 0)
+    owed = args.watchers * 512 - reader.get("lagged_missed_total", 0)
+    every_replay = (received >= owed and reader.get("gap_frames") == args.watchers
+                    and not reader.get("closed_by_server") and not reader.get("errors"))
+    # With no live events (--rate 0) the reader stops 2 s after the last event: the last replay's end.
+    replayed_by = reader.get("connect_wall_s", 0) + max(0, reader.get("last_event_ns", 0) - reader.get("t_go_ns", 0)) / 1e9
+    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total", "per_conn_events_min",
+            "per_conn_events_max", "stop_reasons", "errors", "ids_span_total", "ids_holes_total",
+            "ids_holes_announced", "ids_conns_with_holes", "ids_nonascending", "lagged_frames", "gap_frames",
+            "lagged_missed_total", "client_cpu_total_s")
+    return {"scenario": "reconnect-storm-full-replay", "watchers": args.watchers, "burst": args.burst,
+            "every_watcher_replayed": every_replay,
+            "time_until_all_replayed_s": round(replayed_by, 2) if every_replay and not args.rate else None,
+            "reader_wall_s": round(wall, 2),
+            "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
+            "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
+            "worker_restarts": int(after["restarts"] - before["restarts"]),
+            "reader": {key: reader.get(key) for key in keys}}
+
+
 class StormGateway(bench.ServerProcess):
     """The gateway under test, started like the bench's, with the storm's options."""
 
     def __init__(self, args):
-        self.port = bench.free_port()
+        self.args = args
+        self.port, self.metrics_port = bench.free_port(), bench.free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.cmd = [bench.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
-                    "--workers", str(args.workers), "--metrics-bind", "off", "--log-level", "warning",
+                    "--workers", str(args.workers), "--metrics-bind", f"127.0.0.1:{self.metrics_port}",
+                    "--log-level", "warning",
                     "--heartbeat-interval", str(args.heartbeat_interval),
                     "--sim-load", str(args.rate), "--sim-load-size", str(args.size), *args.gateway_arg]
 
@@ -331,6 +428,11 @@ def parse_args(argv=None):
     p.add_argument("--live-timeout", type=float, default=30.0, help="then, bound on the wait for first events")
     p.add_argument("--hold", type=float, default=3.0, help="seconds every connection stays open once live")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--csse", help="the C reader's binary: run the full-replay storm with it (see above)")
+    p.add_argument("--burst", type=int, default=700, help="with --csse: the burst task that fills the ring")
+    p.add_argument("--settle", type=float, default=3.0, help="with --csse: seconds for the burst to finish")
+    p.add_argument("--server-cpus", help="taskset -c list for the gateway (started here)")
+    p.add_argument("--client-cpus", help="taskset -c list for the C reader")
     args = p.parse_args(argv)
     args.procs = max(1, min(args.procs, args.watchers))
     args.max_back = max(1, args.max_back)
@@ -345,9 +447,15 @@ def main(argv=None) -> int:
     else:
         with StormGateway(args) as gateway:
             args.url = gateway.url
-            report = storm(args, gateway.proc.pid)
+            if args.csse:
+                report = csse_storm(args, gateway.metrics_port)
+            else:
+                report = storm(args, gateway.proc.pid)
     report = {"started": started, "cores": os.cpu_count(), "sysctl": sysctls(), **report}
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    if args.csse:
+        reader = report["reader"]
+        return 0 if report["every_watcher_replayed"] and not reader["ids_nonascending"] else 1
     return 0 if report["all_live"] and report["exact"] else 1
 
 

@@ -16,11 +16,12 @@ import pytest
 
 from gateway import control_words, records
 from gateway.control import Op
-from gateway.protocol import events, states
+from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
-from gateway.protocol.parser import SSEParser
+from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.worker.hub import Hub
 from gateway.worker.stream import Stream, TaskView
+from gateway.worker.window import PIECE_BYTES
 from shm import Ring
 
 TASK_KEY = 5
@@ -73,6 +74,11 @@ class FakeSink:
     def ids(self) -> list[int | None]:
         return [None if e.id is None else int(e.id) for e in SSEParser().feed(b"".join(self.writes))]
 
+    def items(self) -> list[tuple[int | None, object]]:
+        """(event id, StreamResponse item) of each event written, heartbeats left out."""
+        return [(None if e.id is None else int(e.id), read_stream_response(e.data.encode())[1])
+                for e in SSEParser().feed(b"".join(self.writes)) if e.data is not None]
+
 
 class FakeCounters:
     def __init__(self):
@@ -109,7 +115,7 @@ class FakeControl:
 
 @pytest.fixture
 def ring():
-    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}")
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=control_words.COUNT)
     try:
         yield ring
     finally:
@@ -134,8 +140,8 @@ class Bench:
             self.ring.append(self.next_id, key, meta, orjson.dumps(result))
             self.next_id += 1
 
-    def frames(self, n: int, key: int = TASK_KEY) -> None:
-        result = events.task_frame_event("tsk_h", "ctx_h", events.text_frame("x", False), ts="t")
+    def frames(self, n: int, key: int = TASK_KEY, text: str = "x") -> None:
+        result = events.task_frame_event("tsk_h", "ctx_h", events.text_frame(text, False), ts="t")
         self.write(key, records.make_meta(states.WORKING, records.FRAME), result, n)
 
     def status(self, state: str) -> None:
@@ -312,4 +318,126 @@ def test_the_session_end_reaches_every_stream(ring):
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
         assert sinks[0].ids() == [1, 2, None] and b'"capsule-closed"' in sinks[0].writes[-1]
         assert sinks[1].ids() == [1, 2] and all(sink.ended for sink in sinks)
+    run(ring, scenario)
+
+
+PAD = "x" * 300  # about --sim-load-size 300
+
+
+class Turns:
+    """Counts the event loop's turns: a callback that runs once per turn (call_soon'd anew)."""
+
+    def __init__(self):
+        self.count = 0
+        self._handle = asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.count += 1
+        self._handle = asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+class TurnSink(FakeSink):
+    """A fake sink that notes the loop turn of each write."""
+
+    def __init__(self, turns: Turns):
+        super().__init__()
+        self.turns, self.write_turns = turns, []
+
+    def write(self, body: bytes) -> bool:
+        self.write_turns.append(self.turns.count)
+        return super().write(body)
+
+
+async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Stream:
+    """A watcher whose request was read now, with Last-Event-ID `after` (as app.py opens it)."""
+    stream = watcher()
+    bench.hub.sync()
+    stream.start_replay(bench.hub.window, after)
+    await bench.open(stream, sink)
+    return stream
+
+
+async def blocked_mid_replay(bench: Bench) -> tuple[Stream, FakeSink]:
+    """A full ring's replay whose first piece filled the transport: its coroutine drains."""
+    bench.frames(512, text=PAD)
+    sink = FakeSink()
+    sink.block = True
+    stream = await open_replaying(bench, sink)
+    await until(lambda: sink.drains == 1)
+    return stream, sink
+
+
+async def until(predicate, turns: int = 10_000) -> None:
+    for _ in range(turns):  # bounded: loop turns, not seconds
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never happened")
+
+
+def test_a_storm_of_replays_is_written_a_bounded_piece_per_stream_per_turn(ring):
+    async def scenario(bench: Bench):
+        turns = Turns()
+        bench.frames(512, text=PAD)
+        sinks = [TurnSink(turns) for _ in range(20)]
+        for sink in sinks:
+            await open_replaying(bench, sink)
+        await until(lambda: all(len(sink.ids()) == 512 for sink in sinks))
+        turns.stop()
+        event_size = len(bench.hub.window.entry(1).wire(watcher().prefix, False))
+        for sink in sinks:
+            assert sink.ids() == list(range(1, 513))  # each event once, in order
+            assert len(sink.writes) > 1 and all(len(w) < PIECE_BYTES + event_size for w in sink.writes)
+            assert len(set(sink.write_turns)) == len(sink.write_turns)  # the loop turned between pieces
+        assert not bench.hub.catch_up
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
+    async def scenario(bench: Bench):
+        stream, sink = await blocked_mid_replay(bench)
+        for _ in range(20):
+            await asyncio.sleep(0)  # FakeSink fails any write while blocked
+        assert len(sink.writes) == 1 and stream.replaying
+        sink.block = False
+        sink.released_drain.set()
+        await until(lambda: len(sink.ids()) == 512)
+        assert sink.ids() == list(range(1, 513))
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_replay_events_evicted_before_they_were_sent_are_named_by_a_lagged_frame(ring):
+    async def scenario(bench: Bench):
+        _, sink = await blocked_mid_replay(bench)
+        sent = sink.ids()[-1]
+        bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300: some were never sent
+        bench.hub.sync()
+        sink.block = False
+        sink.released_drain.set()
+        await until(lambda: sink.ids() and sink.ids()[-1] == 812)
+        numbered = [i for i in sink.ids() if i is not None]
+        lagged = [item.frame["missed"] for event_id, item in sink.items() if event_id is None]
+        assert lagged[0] == 300 - sent  # the replay's evicted events, named before the next one
+        assert numbered == sorted(set(numbered))  # none twice, in order
+        assert len(numbered) + sum(lagged) == 812  # each delivered or named lost
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_queued_replays_heartbeat_does_not_wait_for_its_turn(ring):
+    async def scenario(bench: Bench):
+        bench.frames(512, text=PAD)
+        sink = FakeSink()
+        stream = await open_replaying(bench, sink)
+        assert stream.queued and sink.writes == []  # its first piece waits for the catch-up run
+        bench.hub.heartbeats._on_due(stream, 0.0)  # what the heap does when it comes due
+        assert sink.writes == [sse.HEARTBEAT]
+        await until(lambda: not stream.behind(bench.hub.window))
+        assert sink.ids() == [None, *range(1, 513)]  # the heartbeat first, then the whole replay
+        bench.hub.close_all()
     run(ring, scenario)

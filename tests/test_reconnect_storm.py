@@ -7,14 +7,24 @@ after its Last-Event-ID, up to the newest, with no gap frame. And the listening 
 accept queue is --listen-backlog, capped at net.core.somaxconn (by default that cap), so a
 storm waits in the queue rather than on SYN retries; and a worker takes that queue in bursts
 (gateway/worker/hypercorn/accept.py), not one connection per loop iteration as libuv would.
+
+Against a full ring (a 700-frame burst: the buffer has evicted its oldest), a storm of
+watchers with Last-Event-ID: 0 each gets the gap frame and exactly the buffer, with the
+stall watchdog set tight, and no worker is replaced: the replays are written a bounded piece
+at a time (gateway/worker/catchup.py), so the loop keeps turning. A reader too slow to take
+its replay before the ring overwrites it is told so by a `lagged` frame, and loses nothing
+silently.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 import socket
 import subprocess
+import urllib.request
 
 import pytest
 import uvloop
@@ -23,8 +33,9 @@ from gateway.config import somaxconn
 from gateway.worker import process
 from gateway.worker.hypercorn import accept
 from gateway.protocol.parser import SSEParser
+from gateway.protocol.uris import STREAM_URI
 from tests.support import (Http, SSEStream, headers_for, is_terminal_event, rpc, rpc_body,
-                           running_gateway, task_id_of, user_message)
+                           running_gateway, task_id_of, user_message, wait_for)
 
 BURST_FRAMES = 300  # the burst task's frames; with its statuses and artifact the ring holds < 512
 WATCHERS = 300
@@ -51,6 +62,21 @@ def finished_burst(port: int) -> int:
     assert numbered == list(range(1, numbered[-1] + 1))
     assert numbered[-1] < 512  # nothing evicted: no replay below may start with a gap
     return numbered[-1]
+
+
+def full_ring(port: int, frames: int = 700) -> int:
+    """Run a burst task of `frames` to its end; the newest id (its terminal status)."""
+    status, _, answer = rpc(port, "SendMessage", user_message(f"/scenario burst n={frames}"))
+    assert status == 200, answer
+    task_id = answer["result"]["task"]["id"]
+    with SSEStream(port, WATCH, last_event_id="0", timeout=30) as probe:
+        seen = probe.read_until(lambda e: e.id is not None and task_id_of(e) == task_id and is_terminal_event(e))
+    return seen[-1].id
+
+
+def frame_of(data: str) -> dict | None:
+    """The murmur frame a taskless carrier holds (gap, lagged, ...), or None."""
+    return json.loads(data)["result"].get("message", {}).get("metadata", {}).get(STREAM_URI)
 
 
 def read_replay(conn: Http, newest: int) -> tuple[list[int], list[str]]:
@@ -88,6 +114,55 @@ def test_a_burst_of_reconnects_is_served_with_exact_replays():
         finally:
             for conn in conns:
                 conn.close()
+
+
+STORM_WATCHERS = 300
+
+
+def test_a_storm_of_full_replays_is_exact_and_replaces_no_worker(tmp_path):
+    with running_gateway("--worker-stall-timeout", "2", workers=2, metrics=True, tmp_path=tmp_path) as gateway:
+        workers = wait_for(lambda: len(gateway.worker_pids()) == 2 and gateway.worker_pids(), what="workers")
+        newest = full_ring(gateway.port)
+        oldest = newest - 511  # the buffer holds the newest 512
+        conns = [Http(gateway.port, timeout=60) for _ in range(STORM_WATCHERS)]
+        try:
+            for conn in conns:
+                conn.send_request("POST", "/", headers_for(last_event_id="0"), rpc_body(WATCH))
+            for conn in conns:
+                assert conn.read_head() == 200, conn.headers
+                ids, unnumbered = read_replay(conn, newest)
+                assert ids == list(range(oldest, newest + 1))  # each once, in order, none lost
+                frames = [frame_of(data) for data in unnumbered]
+                assert frames[0]["frame"] == "connection-ack"
+                assert frames[1:] == [{"frame": "gap", "firstAvailableId": oldest}]
+        finally:
+            for conn in conns:
+                conn.close()
+        assert gateway.worker_pids() == workers  # busy, never replaced
+        assert not [rec for rec in gateway.logs() if rec.get("event", "").startswith("worker's event loop stood still")]
+        # Each worker measured its loop's stalls meanwhile (its pulse's lateness), for the benchmark.
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{gateway.metrics_port}/metrics", timeout=10).read().decode()
+        assert float(re.search(r"^murgw_loop_stall_seconds_count (\S+)$", metrics, re.M).group(1)) > 0
+
+
+def test_a_reader_too_slow_for_its_replay_is_told_what_it_lost(tmp_path):
+    with running_gateway(workers=1, tmp_path=tmp_path) as gateway:
+        first_newest = full_ring(gateway.port)
+        oldest = first_newest - 511
+        slow = Http(gateway.port, rcvbuf=4096, timeout=60)
+        try:
+            slow.send_request("POST", "/", headers_for(last_event_id="0"), rpc_body(WATCH))
+            assert slow.read_head() == 200
+            # Not read meanwhile: its replay waits in the window while a longer burst
+            # overwrites the ring under it.
+            newest = full_ring(gateway.port, frames=3000)
+            ids, unnumbered = read_replay(slow, newest)
+        finally:
+            slow.close()
+    lost = [frame_of(data)["missed"] for data in unnumbered if frame_of(data)["frame"] == "lagged"]
+    assert lost and ids == sorted(set(ids))  # told, and nothing twice
+    assert len(ids) + sum(lost) == newest - oldest + 1  # each event delivered or named lost
+    assert set(range(oldest, first_newest + 1)) - set(ids)  # some of the replay itself was lost
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the accept queue")

@@ -14,7 +14,7 @@ from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.worker.stream import Stream, TaskView
-from gateway.worker.window import Window
+from gateway.worker.window import PIECE_BYTES, Window
 
 TASK_KEY = 7
 TASK = {"id": "tsk_a", "contextId": "ctx_a", "status": {"state": states.WORKING, "timestamp": "t"}}
@@ -115,15 +115,16 @@ def test_replay_writes_what_follows_last_event_id_for_its_filter():
     window, stream = Window(512), task_stream()
     fill(window, frame_event("a"), frame_event("x", key=9), frame_event("b"), status_event(states.COMPLETED),
          frame_event("after"))
-    parts: list[bytes] = []
-    assert stream.replay(window, 1, parts) is True  # the terminal status ended it
-    assert [event_id for event_id, _ in parse(b"".join(parts))] == [3, 4]
+    stream.start_replay(window, 1)
+    assert [event_id for event_id, _ in parse(stream.gather(window))] == [3, 4]
+    assert stream.ended  # the terminal status ended it
 
 
 def test_a_replayed_input_required_does_not_end_a_send_streaming_message_stream():
     window, stream = Window(512), task_stream(SEND_STREAMING_MESSAGE)
     fill(window, status_event(states.INPUT_REQUIRED))
-    assert stream.replay(window, 0, []) is False
+    stream.start_replay(window, 0)
+    assert [event_id for event_id, _ in parse(stream.gather(window))] == [1] and not stream.ended
     fill(window, status_event(states.INPUT_REQUIRED))
     stream.gather(window)
     assert stream.ended  # live, it does
@@ -189,3 +190,82 @@ def test_a_task_frame_rides_the_last_known_state():
     stream.gather(window)
     (item,) = [item for _, item in parse(stream.connection_frame(events.lagged_frame(3)))]
     assert item.body["status"]["state"] == states.INPUT_REQUIRED and item.frame["missed"] == 3
+
+
+def big_frames(n: int) -> list[tuple[int, int, bytes]]:
+    """`n` text frames of about 300 bytes each, as --sim-load-size 300 writes them."""
+    return [frame_event(f"{i:06d} " + "x" * 290) for i in range(n)]
+
+
+def gather_all(stream: Stream, window: Window, limit: int = 100) -> list[bytes]:
+    """Every body the stream writes until it has nothing more, one gather per write."""
+    bodies = []
+    for _ in range(limit):
+        body = stream.gather(window)
+        if not body:
+            return bodies
+        bodies.append(body)
+    raise AssertionError("the stream never caught up")
+
+
+def test_a_replay_is_written_in_bounded_pieces_each_event_once_in_order():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    bodies = gather_all(stream, window)
+    event_size = len(window.entry(1).wire(stream.prefix, stream.plain))
+    assert len(bodies) > 1 and all(len(body) < PIECE_BYTES + event_size for body in bodies)
+    ids = [event_id for body in bodies for event_id, _ in parse(body)]
+    assert ids == list(range(1, 513))  # no lagged frame: nothing was lost
+
+
+def test_the_lag_rule_holds_for_live_events_after_the_replay_not_inside_it():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(300))
+    stream.start_replay(window, 0)
+    first = parse(stream.gather(window))
+    fill(window, *big_frames(150))  # live, while the replay is still being written
+    rest = [item for body in gather_all(stream, window) for item in parse(body)]
+    ids = [event_id for event_id, _ in first + rest]
+    skipped = 450 - LAG_LIMIT - 300  # the live events beyond the queue of 128
+    assert ids == list(range(1, 301)) + [None] + list(range(301 + skipped, 451))
+    assert [item.frame for event_id, item in rest if event_id is None] == [{"frame": "lagged", "missed": skipped}]
+
+
+def test_events_that_leave_the_window_mid_replay_are_named_by_a_lagged_frame():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    first = [event_id for event_id, _ in parse(stream.gather(window))]
+    fill(window, *big_frames(300))  # ids 513..812 overwrite 1..300 before the reader got them
+    rest = [item for body in gather_all(stream, window) for item in parse(body)]
+    ids = first + [event_id for event_id, _ in rest]
+    lagged = [item.frame["missed"] for event_id, item in rest if event_id is None]
+    assert lagged == [300 - first[-1], 812 - LAG_LIMIT - 512]  # evicted replay events, then live lag
+    numbered = [i for i in ids if i is not None]
+    assert numbered == sorted(set(numbered))  # ascending, none twice
+    assert len(numbered) + sum(lagged) == 812  # every event delivered or named lost
+    assert numbered[-1] == 812 and stream.cursor == 812
+
+
+def test_a_task_stream_replays_in_pieces_and_skips_other_tasks():
+    window, stream = Window(512), task_stream()
+    mine = big_frames(400)
+    fill(window, *[event if i % 4 else (9, *event[1:]) for i, event in enumerate(mine)])
+    stream.start_replay(window, 0)
+    bodies = gather_all(stream, window)
+    ids = [event_id for body in bodies for event_id, _ in parse(body)]
+    assert len(bodies) > 1 and ids == [i + 1 for i in range(400) if i % 4]
+
+
+def test_a_replay_the_ring_overwrote_entirely_counts_each_lost_event_once():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    first = [event_id for event_id, _ in parse(stream.gather(window))]
+    fill(window, *big_frames(1000))  # ids 513..1512: the whole replay and more left the window
+    rest = [item for body in gather_all(stream, window) for item in parse(body)]
+    numbered = first + [event_id for event_id, _ in rest if event_id is not None]
+    lagged = [item.frame["missed"] for event_id, item in rest if event_id is None]
+    assert numbered == list(range(1, first[-1] + 1)) + list(range(1512 - LAG_LIMIT + 1, 1513))
+    assert len(numbered) + sum(lagged) == 1512

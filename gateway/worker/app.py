@@ -268,7 +268,7 @@ class RpcEndpoint:
         if method == WATCH_SESSION:
             stream = Stream(endpoint=method, rpc_id_json=rpc_id_json)
             parts.append(stream.connection_frame(events.connection_ack_frame(self._conversation())))
-            ended = self._open_replay(stream, scope, parts, noted, watch=True)
+            self._open_replay(stream, scope, parts, noted, watch=True)
         else:
             who = caller.params()
             if method == SEND_STREAMING_MESSAGE:
@@ -287,25 +287,28 @@ class RpcEndpoint:
             task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
             stream = Stream(endpoint=method, rpc_id_json=rpc_id_json, task=task, activated=activated)
             parts.append(stream.unnumbered(events.task_event(answer["task"])))
-            ended = self._open_replay(stream, scope, parts, noted, watch=False)
+            self._open_replay(stream, scope, parts, noted, watch=False)
         await self._start(send, method, activated, door_used)
-        stream.opening, stream.ended = b"".join(parts), ended
+        stream.opening = b"".join(parts)
         return stream
 
     def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], noted: int,
-                     watch: bool) -> bool:
+                     watch: bool) -> None:
+        """The replay's gap frame into the opening, and the stream's cursor where its replay
+        (or, with none, its live events) begins. The replay's events are not copied here: the
+        hub writes them from the window a piece at a time (stream.py, catchup.py)."""
         plan = self._replay_plan(scope, watch)
         stream.cursor = noted
         if plan.after is None:
             self.counters.add("replays", label="none")
-            return False
+            return
         if plan.gap is not None:
             self.counters.add("replays", label="gap")
             if stream.activated:
                 parts.append(stream.connection_frame(events.gap_frame(plan.gap)))
         else:
             self.counters.add("replays", label="replayed")
-        return stream.replay(self.hub.window, plan.after, parts)
+        stream.start_replay(self.hub.window, plan.after)
 
     async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
         headers = list(STREAM_HEAD)

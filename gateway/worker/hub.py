@@ -4,9 +4,16 @@ The pump copies each new ring record once into the window (window.py) when the s
 wakes the worker, then makes one pass over the streams the new events concern: each parked
 stream gathers its body (stream.py) and the hub hands it to the stream's sink (sink.py), in
 the pass itself, with no coroutine switch. A stream's coroutine (`serve`) runs only for what
-needs an await: its opening, a blocked sink, a task lookup, its end. Every delivery metric
+needs an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind
+after a write (a replay, a catch-up past one piece) is written its next piece by the
+catch-up queue (catchup.py), one piece per stream per turn of the loop; the pass leaves a
+queued replay to that queue and writes only its heartbeat. Every delivery metric
 is counted here, once per pass: shared batches once per batch, each stream's own walk from
 what it noted.
+
+Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
+beat word as it writes (every PROGRESS_STREAMS streams of a pass, each catch-up run, each
+opening), so the supervisor sees a busy worker's progress even inside one long pass.
 
 Wake-up protocol (control_words.ARMED): before sleeping the worker sets its armed word and
 re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
@@ -24,6 +31,7 @@ from gateway import config, control_words, logs
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.catchup import CatchUp
 from gateway.worker.coalesce import next_delay
 from gateway.worker.heartbeats import Heartbeats
 from gateway.worker.sink import Sink
@@ -32,6 +40,7 @@ from gateway.worker.window import Window
 from shm import Ring
 
 POLL_SECONDS = 0.05
+PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
 
 log = logs.get("worker")
 
@@ -50,6 +59,8 @@ class Hub:
         self.watchers: set[Stream] = set()
         self.task_streams: dict[int, set[Stream]] = {}
         self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
+        self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
+        self._beat_slot = control_words.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.TimerHandle | None = None
         # Adaptive coalescing (coalesce.py): the wait before the next pass after a wake-up,
@@ -87,6 +98,7 @@ class Hub:
         if self._loop is not None:
             self._loop.remove_reader(self.wake_sock.fileno())
         self.heartbeats.stop()
+        self.catch_up.stop()
         for handle in (self._poll, self._pending_sync):
             if handle is not None:
                 handle.cancel()
@@ -166,11 +178,17 @@ class Hub:
 
     # --- the pass ---
 
+    def _progress(self) -> None:
+        """The worker is writing: its beat word moves (gateway/stall.py)."""
+        self.ring.control[self._beat_slot] += 1
+
     def _pass(self, keys: set[int]) -> None:
         everyone = self.window.closing or self.window.session_closed_at
         sends = 0
-        for stream in self.watchers:
+        for count, stream in enumerate(self.watchers, 1):
             sends += self._write(stream)
+            if not count % PROGRESS_STREAMS:
+                self._progress()
         if sends:
             self.counters.add("sends", sends, WATCH_SESSION)
         head = self.window.head
@@ -179,15 +197,19 @@ class Hub:
                 for stream in streams:
                     if self._write(stream):
                         self.counters.add("sends", label=stream.endpoint)
-            else:  # other tasks' events: a parked task stream is not behind
+            else:  # other tasks' events: a parked task stream not queued is not behind
                 for stream in streams:
-                    if stream.waiter is not None and not stream.waiter.done():
+                    if stream.waiter is not None and not stream.waiter.done() and not stream.queued:
                         stream.cursor = head
         self._count_batches()
 
     def _write(self, stream: Stream) -> int:
-        """A parked stream's write in the pass: 1 when it wrote. Whatever needs an await (a
-        blocked sink, a task lookup, the end) resumes its coroutine instead."""
+        """A parked stream's write in the pass or the catch-up queue: 1 when it wrote. A
+        queued replay waits for its turn there (so a pass never writes a storm's replays
+        at once); its heartbeat does not, and live events do not. Still behind
+        after the write, and under the high-water mark: it queues for its next piece.
+        Whatever needs an await (a blocked sink, a task lookup, the end) resumes its
+        coroutine instead."""
         waiter = stream.waiter
         if waiter is None or waiter.done():
             return 0  # running: its coroutine looks for work before it parks again
@@ -195,7 +217,7 @@ class Hub:
         if self.window.closing or stream.check_due or sink.closed:
             waiter.set_result(None)
             return 0
-        body = stream.gather(self.window)
+        body = stream.gather(self.window, events_too=not (stream.queued and stream.replaying))
         if stream.noted is not None:
             self._count_noted(stream)
         if not body:
@@ -205,7 +227,20 @@ class Hub:
         stream.bytes_sent += len(body)
         if not sink.write(body) or stream.ended or stream.check_due:
             waiter.set_result(None)
+        elif stream.behind(self.window):
+            self.catch_up.add(stream)
         return 1
+
+    def _catch_up_write(self, stream: Stream) -> int:
+        if self._write(stream):
+            self.counters.add("sends", label=stream.endpoint)
+            return 1
+        return 0
+
+    def _after_catch_up(self, written: int) -> None:
+        self._count_batches()
+        if written:
+            self._progress()
 
     def _count_noted(self, stream: Stream) -> None:
         """What a stream noted of its own walk (not a shared batch), counted and dropped."""
@@ -321,14 +356,19 @@ class Hub:
             opening, stream.opening = stream.opening, b""
             self._own_write(stream, opening)
             del opening
+            self._progress()
+            if stream.behind(window) and not sink.blocked:
+                self.catch_up.add(stream)  # its replay: piece by piece, at the loop's pace
             while not (stream.ended or sink.closed or window.closing):
                 if sink.blocked:
                     await sink.drain()
                 elif stream.check_due:
                     stream.check_due = False
                     self._own_write(stream, await self._ending_of_lost_task(stream))
-                elif stream.has_work(window):
+                elif not stream.queued and stream.has_work(window):
                     self._own_write(stream, stream.gather(window))
+                    if stream.behind(window) and not sink.blocked:
+                        self.catch_up.add(stream)
                 else:
                     stream.waiter = loop.create_future()
                     try:

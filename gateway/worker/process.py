@@ -49,7 +49,8 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
-    pulse = stall.start_pulse(ring.control, index)  # the supervisor replaces a loop that stops
+    # The supervisor replaces a loop that stops; how late each pulse ran is the loop's stall.
+    pulse = stall.start_pulse(ring.control, index, lambda late: counters.observe("loop_stall_seconds", late))
     trimmer = Trimmer()
     trimmer.start()
     reloads = asyncio.create_task(reload.follow(config, app.rpc, hub))  # SIGHUP's settings

@@ -15,6 +15,14 @@ after a live input-required one (`ends`). The lag rule lives here, once:
     to it until it drains, its cursor stays behind, so it lags rather than being buffered
     without bound.
 
+The replay is the window's events after Last-Event-ID up to the head when the request was
+read (`replay_end`), walked from the same cursor as live events, a piece at a time (at most
+window.PIECE_BYTES a write): the opening holds only the head frames (ack or task, gap), never
+a copy of the buffer. The lag rule does not apply inside the replay, only to live events
+after `replay_end`. An event the window no longer holds when the stream reaches it (the ring
+overwrote it while the reader was slow) is lost like a live one: counted and named by a
+`lagged` frame before the next event it receives. Each event is written once, in order.
+
 A task stream that lost events may have lost its ending: from the first loss on it sets
 `check_due` at each heartbeat, the hub looks its task up, and `ending_from` answers the
 ending found (spec "Events a connection misses").
@@ -30,7 +38,7 @@ import orjson
 from gateway import records
 from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
-from gateway.worker.window import Entry, Window
+from gateway.worker.window import PIECE_BYTES, Entry, Window
 
 if TYPE_CHECKING:
     from gateway.worker.sink import Sink
@@ -67,9 +75,10 @@ class Noted:
 class Stream:
     # Every open stream holds one of these for as long as it is open: slots, and only what
     # it reads (the request id lives inside `prefix`, activation is `not plain`).
-    __slots__ = ("endpoint", "prefix", "task", "plain", "cursor", "opening", "ended", "lost",
-                 "last_state", "pending_missed", "heartbeat_due", "session_changed", "check_due",
-                 "noted", "sink", "waiter", "events_sent", "bytes_sent", "revoked")
+    __slots__ = ("endpoint", "prefix", "task", "plain", "cursor", "replay_end", "opening", "ended",
+                 "lost", "last_state", "pending_missed", "heartbeat_due", "session_changed",
+                 "check_due", "noted", "sink", "waiter", "queued", "events_sent", "bytes_sent",
+                 "revoked")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
                  activated: bool = True):
@@ -78,7 +87,8 @@ class Stream:
         self.task = task
         self.plain = not activated
         self.cursor = 0
-        self.opening = b""  # written first (head, ack or task, replay); dropped once written
+        self.replay_end = 0  # the head when the request was read: ids up to it are the replay
+        self.opening = b""  # written first (ack or task, gap); dropped once written
         self.ended = False
         self.lost = False  # a task stream lost an event: it checks its task at heartbeats
         self.last_state = task.opening_state if task else None
@@ -90,6 +100,7 @@ class Stream:
         # The hub's: where the bytes go, and the coroutine parked while the hub writes.
         self.sink: Sink | None = None
         self.waiter: asyncio.Future | None = None
+        self.queued = False  # the hub's: waiting in its catch-up queue for its next piece
         # What its access-log line reports at its end (access_log.py): numbered events taken,
         # and the body bytes the hub handed to the sink.
         self.events_sent = 0
@@ -156,26 +167,34 @@ class Stream:
         if entry.meta & records.STATUS:
             self.last_state = records.meta_state(entry.meta)
 
-    def replay(self, window: Window, after: int, parts: list[bytes]) -> bool:
-        """Buffered events with id > after (this stream's filter); True if one ended it."""
-        self.cursor = window.head
-        for event_id in range(max(after, window.oldest - 1) + 1, window.head + 1):
-            entry = window.entry(event_id)
-            if entry is not None and self.accepts(entry):
-                self.take(entry, parts)
-                if self.ends_at(entry, live=False):
-                    return True
-        return False
+    def start_replay(self, window: Window, after: int) -> None:
+        """Replay the buffered events with id > after (this stream's filter), up to the head
+        now; the pieces are written from the window as the hub gets to them (`gather`)."""
+        self.replay_end = window.head
+        self.cursor = min(max(after, window.oldest - 1), window.head)
+
+    @property
+    def replaying(self) -> bool:
+        return self.cursor < self.replay_end
+
+    def behind(self, window: Window) -> bool:
+        """Events are pending after the last write: a replay, or a catch-up past one piece."""
+        return window.head > self.cursor
 
     def has_work(self, window: Window) -> bool:
         return (window.head > self.cursor or self.heartbeat_due is not None or self.session_changed
                 or bool(window.session_closed_at) or self.ended or self.check_due)
 
-    def gather(self, window: Window) -> bytes:
-        """What is due now: pending events, a due heartbeat, the session's end. Sets `ended`,
-        and `check_due` when a lost task stream must have its task looked up."""
+    def gather(self, window: Window, events_too: bool = True) -> bytes:
+        """What is due now: pending events (one piece; none when not `events_too`: a queued
+        stream's events wait for its turn, a heartbeat never does), a due heartbeat, the
+        session's end. Sets `ended`, and `check_due` when a lost task stream must have its
+        task looked up."""
         parts: list[bytes] = []
-        self.ended = self._collect(window, parts)
+        # A replay whose pending events all left the window writes nothing of it: the live
+        # events after it are then this write's piece (at most two walks: replay, live).
+        while events_too and not parts and not self.ended and self.behind(window):
+            self.ended = self._collect(window, parts)
         due = self.heartbeat_due
         if due is not None:
             self.heartbeat_due = None
@@ -190,25 +209,32 @@ class Stream:
         return b"".join(parts)
 
     def _collect(self, window: Window, parts: list[bytes]) -> bool:
-        """Every pending event this stream accepts; True when the stream must end after them."""
-        head, cursor = window.head, self.cursor
+        """The pending events this stream accepts, at most a piece of them (window.PIECE_BYTES,
+        one event at least); True when the stream must end after them."""
+        head, cursor, replay_end = window.head, self.cursor, self.replay_end
         if head <= cursor:
             return False
-        if self.task is None and not self.pending_missed and head - cursor <= LAG_LIMIT:
+        replaying = cursor < replay_end
+        end = replay_end if replaying else head  # a piece never runs from the replay into live
+        if self.task is None and not self.pending_missed and (replaying or head - cursor <= LAG_LIMIT):
             # A watcher takes every event: watchers at the same cursor with the same request
             # id write the same bytes, so they share one join, which the hub counts once.
-            batch = window.take_batch(cursor, self.prefix, self.plain)
+            batch = window.take_batch(cursor, end, self.prefix, self.plain)
             if batch is not None:
                 parts.append(batch.body)
                 self.events_sent += batch.events
-                self.cursor = head
+                self.cursor = batch.last
                 return False
         noted = self._note()
         noted.lag = head - cursor
-        cursor, missed = skip_lag(cursor, head)
-        delivered = 0
+        missed = 0
+        if not replaying:  # the lag rule: live events only
+            cursor, missed = skip_lag(cursor, head)
+        first = min(max(cursor + 1, head - window.slots + 1), end + 1)  # older ids have left the window
+        missed += first - cursor - 1
+        delivered = size = 0
         ended = False
-        for event_id in range(cursor + 1, head + 1):
+        for event_id in range(first, end + 1):
             entry = window.entry(event_id)
             if entry is None:  # the pump lost it, or the ring overwrote it mid-copy
                 missed += 1
@@ -219,12 +245,16 @@ class Stream:
                 self._note_missed(missed)
                 missed = 0
             self.take(entry, parts)
+            size += len(parts[-1])
             delivered += 1
-            if self.ends_at(entry, live=True):
-                head, ended = event_id, True
+            if self.ends_at(entry, live=event_id > replay_end):
+                end, ended = event_id, True
+                break
+            if size >= PIECE_BYTES:
+                end = event_id
                 break
         self._note_missed(missed)
-        self.cursor = head
+        self.cursor = end
         noted.delivered += delivered
         return ended
 

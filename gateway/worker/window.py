@@ -7,6 +7,11 @@ buffer. Each `Entry` caches its SSE event joined with a few JSON-RPC request pre
 after one cursor joined for one prefix: watchers in step share one join per pass, so a
 watcher's share of a pass is one write.
 
+No write is larger than a piece (PIECE_BYTES, or one event where a single event is larger):
+a batch stops at the first event that takes it past the bound, and the stream's cursor stops
+there too (`Batch.last`). A replay of the whole buffer is then a few pieces, each written
+when the one before has left (hub.py, catchup.py), never one write of the whole buffer.
+
 Nothing here does I/O or counts a metric: a `Batch` only records how many streams took it
 (`takers`), and the hub counts them once per pass.
 """
@@ -18,6 +23,7 @@ from gateway.protocol import sse
 
 MAX_CACHED_JOINS = 4  # request prefixes an entry keeps joined
 MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
+PIECE_BYTES = 64 * 1024  # the most one write carries, replay or catch-up (one event at least)
 
 
 class Entry:
@@ -43,13 +49,13 @@ class Entry:
 
 
 class Batch:
-    """Every event after one cursor up to the head, joined for one request prefix, and how
-    many streams took it since the hub last counted (`takers`)."""
+    """The events after one cursor up to `last` (at most a piece), joined for one request
+    prefix, and how many streams took it since the hub last counted (`takers`)."""
 
-    __slots__ = ("body", "events", "lag", "takers")
+    __slots__ = ("body", "events", "lag", "last", "takers")
 
-    def __init__(self, body: bytes, events: int, lag: int):
-        self.body, self.events, self.lag, self.takers = body, events, lag, 0
+    def __init__(self, body: bytes, events: int, lag: int, last: int):
+        self.body, self.events, self.lag, self.last, self.takers = body, events, lag, last, 0
 
 
 class Window:
@@ -63,7 +69,7 @@ class Window:
         self.oldest = 0
         self.session_closed_at = 0  # the ring's SESSION_CLOSED word: head + 1 when the session ended
         self.closing = False  # the gateway drains: every stream ends now
-        self.batches: dict[tuple[int, bytes, bool], Batch | None] = {}
+        self.batches: dict[tuple[int, int, bytes, bool], Batch | None] = {}
         self.uncounted: list[Batch] = []  # batches past MAX_BATCHES: taken once, counted by the hub
 
     def clear(self) -> None:
@@ -85,16 +91,17 @@ class Window:
         entry = self.entries[event_id % self.slots]
         return entry if entry is not None and entry.id == event_id else None
 
-    def take_batch(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
-        """Every event after `cursor` up to the head, joined for a stream whose JSON-RPC prefix
-        is `prefix`, counted as taken once; None when one is missing from the window (the
-        stream then walks it event by event and accounts for the hole). Cached until the head
-        moves, so a thousand watchers in step share one join."""
-        key = (cursor, prefix, plain)
+    def take_batch(self, cursor: int, end: int, prefix: bytes, plain: bool) -> Batch | None:
+        """The events after `cursor` up to `end` (the head, or where a replay ends), at most
+        a piece, joined for a stream whose JSON-RPC prefix is `prefix`, counted as taken once;
+        None when one is missing from the window (the stream then walks it event by event and
+        accounts for the hole). Cached until the head moves, so a thousand watchers in step
+        share one join."""
+        key = (cursor, end, prefix, plain)
         try:
             found = self.batches[key]
         except KeyError:
-            found = self._join(cursor, prefix, plain)
+            found = self._join(cursor, end, prefix, plain)
             if len(self.batches) < MAX_BATCHES:
                 self.batches[key] = found
             elif found is not None:
@@ -103,14 +110,18 @@ class Window:
             found.takers += 1
         return found
 
-    def _join(self, cursor: int, prefix: bytes, plain: bool) -> Batch | None:
-        wires = []
-        for event_id in range(cursor + 1, self.head + 1):
-            entry = self.entry(event_id)
+    def _join(self, cursor: int, end: int, prefix: bytes, plain: bool) -> Batch | None:
+        wires, size, last = [], 0, cursor
+        for last in range(cursor + 1, end + 1):
+            entry = self.entry(last)
             if entry is None:
                 return None
-            wires.append(entry.wire(prefix, plain))
-        return Batch(b"".join(wires), len(wires), self.head - cursor)
+            wire = entry.wire(prefix, plain)
+            wires.append(wire)
+            size += len(wire)
+            if size >= PIECE_BYTES:
+                break
+        return Batch(b"".join(wires), len(wires), self.head - cursor, last)
 
     def taken_batches(self) -> list[Batch]:
         """Every batch taken since the last call, each once; their takers are reset when the

@@ -1,0 +1,65 @@
+"""Streams behind the head, written one bounded piece at a time, at a pace the loop can carry.
+
+A stream whose last write left it behind (its replay, or a catch-up longer than one piece,
+window.PIECE_BYTES) and whose transport is still under its high-water mark waits here for its
+next piece; one that is over the mark drains first, in its own coroutine (hub.py). Each run
+writes one piece for each stream queued when it began, round-robin, until TURN_BUDGET_SECONDS is spent, then
+gives the loop back: it polls its sockets and runs its timers (heartbeats, the stall pulse)
+before the next run. However many watchers replay at once (a reconnect storm), no callback
+holds the loop much longer than one budget plus one piece, and a heartbeat due meanwhile is
+written between two pieces (hub.py: a queued stream's heartbeat never waits for its turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Callable, Protocol
+
+TURN_BUDGET_SECONDS = 0.005  # the most one run writes for before the loop turns
+
+
+class Queued(Protocol):
+    queued: bool
+
+
+class CatchUp:
+    """A FIFO of streams wanting their next piece, and the one callback that writes them."""
+
+    def __init__(self, write: Callable[[Queued], int], after_run: Callable[[int], None]):
+        self._write = write  # (stream) -> 1 when a piece was written; it may add the stream again
+        self._after_run = after_run  # (pieces written): the hub counts what the run took
+        self._queue: deque[Queued] = deque()
+        self._run_handle: asyncio.Handle | None = None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, stream: Queued) -> None:
+        if stream.queued:
+            return
+        stream.queued = True
+        self._queue.append(stream)
+        if self._run_handle is None:
+            self._run_handle = asyncio.get_running_loop().call_soon(self._run)
+
+    def stop(self) -> None:
+        if self._run_handle is not None:
+            self._run_handle.cancel()
+            self._run_handle = None
+
+    def _run(self) -> None:
+        # `_run_handle` stays set while this runs: a stream added back meanwhile waits for the
+        # one next run, scheduled below, not for a second run in the same turn.
+        queue, write = self._queue, self._write
+        deadline = time.perf_counter() + TURN_BUDGET_SECONDS
+        written = 0
+        for _ in range(len(queue)):  # those queued now: one added back waits for the next run
+            stream = queue.popleft()
+            stream.queued = False
+            written += write(stream)
+            if time.perf_counter() >= deadline:
+                break
+        self._run_handle = asyncio.get_running_loop().call_soon(self._run) if queue else None
+        self._after_run(written)
