@@ -206,7 +206,11 @@ def test_lagged_reader_keeps_connection_while_other_loses_nothing(tmp_path):
         slow = watch(gw.port, last_event_id=str(2**40), rcvbuf=4096)
         fast = watch(gw.port, last_event_id=str(2**40))
         try:
-            task_id = send(gw.port, "/scenario burst n=3000")
+            # A reading watcher loses nothing only while its worker runs often enough to stay
+            # within the lag limit of the ring's head: at the default 1 ms pause a worker the
+            # OS does not run for ~3 ms lags with every reader. 50 frames every 20 ms leave it
+            # 50 ms; the slow reader, which reads nothing until the burst is over, still lags.
+            task_id = send(gw.port, "/scenario burst n=3000 pause=0.02")
             fast_events = task_events(fast, task_id)
             assert [e.id for e in fast_events] == list(range(fast_events[0].id, fast_events[0].id + 3004))
             slow_events = list(slow.read_until(is_terminal_event))

@@ -115,12 +115,13 @@ class FakeControl:
 
 @pytest.fixture
 def ring():
-    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=control_words.COUNT)
+    """A memfd ring (no file in /dev/shm), so even a test process killed mid-test leaves nothing."""
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=control_words.COUNT,
+                       anonymous=True)
     try:
         yield ring
     finally:
         ring.close()
-        ring.unlink()
 
 
 class Bench:
