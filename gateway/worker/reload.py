@@ -38,9 +38,14 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
 
 
 async def follow(config: Config, rpc, hub) -> None:
-    """Forever: apply each reload the sequencer announces."""
+    """Forever: apply each reload the sequencer announces.
+
+    `seen` starts at 0 (no reload yet), not at the word's value now: a worker spawned with
+    the settings of before a reload that lands while it boots would otherwise take that
+    reload's generation for its own and never apply it. A worker spawned after a reload
+    applies the same settings again once, harmlessly."""
     words = hub.ring.control
-    seen = words[control_words.CONFIG_GENERATION]
+    seen = 0
     while True:
         await asyncio.sleep(config.heartbeat_interval / CHECKS_PER_HEARTBEAT)
         if words[control_words.CONFIG_GENERATION] == seen:
