@@ -22,8 +22,8 @@ from gateway import tls, version
 from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport, parse_log_level,
                                    parse_metrics_bind, parse_networks, parse_nonnegative_float,
                                    parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
-                                   parse_positive_int, parse_positive_seconds, parse_text, parse_url,
-                                   shown, whole_number)
+                                   parse_positive_int, parse_positive_seconds, parse_secret, parse_text,
+                                   parse_url, shown, whole_number)
 from gateway.control_words import MAX_WORKERS
 from gateway.protocol.activation import METHODS
 
@@ -58,7 +58,7 @@ OPTIONS: tuple[Option, ...] = (
            "the Prometheus /metrics endpoint, or 'off'"),
     Option("heartbeat-interval", parse_positive_seconds, 15.0, "SECONDS", "heartbeat period"),
     Option("upstream", parse_url, None, "URL", "front a real capsule at URL"),
-    Option("upstream-token", parse_text, None, "TOKEN", "bearer token presented upstream"),
+    Option("upstream-token", parse_secret, None, "TOKEN", "bearer token presented upstream"),
     Option("sim-load", parse_nonnegative_float, 0.0, "RATE",
            "embedded capsule: text frames per second on a long-lived task"),
     Option("sim-load-size", parse_nonnegative_int, 0, "BYTES", "pad each load frame to BYTES"),

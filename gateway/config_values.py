@@ -138,6 +138,14 @@ def parse_text(value: Any) -> str:
     return value
 
 
+def parse_secret(value: Any) -> str:
+    """A credential (--upstream-token): text only, like `parse_text`, but its refusal never
+    shows the value: the line reaches stderr at start, and the supervisor's log at a reload."""
+    if not isinstance(value, str):
+        raise ValueError("the value is not text; write it in quotes (not shown: it is a credential)")
+    return value
+
+
 def parse_url(value: Any) -> str:
     """An upstream's http(s)://HOST[:PORT] with a host and a port that can be dialled. Nothing
     after the authority: the gateway calls the upstream's own paths (`/`, its card), so a path,

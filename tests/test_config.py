@@ -162,7 +162,8 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
     ("bogus = 1\n", "config bogus: unknown setting; the file takes the options by their long name "
                     "(mur-gateway --help)"),
     ("workers = true\n", "config workers: true is not a whole number; it accepts 1 to {MAX_WORKERS}"),
-    ("upstream-token = 12345\n", "config upstream-token: 12345 is not text; write it in quotes"),
+    ("upstream-token = 12345\n", "config upstream-token: the value is not text; write it in "
+                                 "quotes (not shown: it is a credential)"),
 ])
 def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
     """A typo must never pass in silence: in [network.authentication] it would open the door."""
