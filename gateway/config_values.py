@@ -154,10 +154,10 @@ def parse_url(value: Any) -> str:
     text = parse_text(value).strip()
     accepts = "it accepts http(s)://HOST[:PORT]"
     parts = urllib.parse.urlsplit(text)
+    if "@" in parts.netloc:  # before any refusal that would show the URL, credentials included
+        raise ValueError("a URL must not carry credentials (user:password@): use --upstream-token")
     if parts.scheme not in ("http", "https") or not text.lower().startswith(parts.scheme + "://"):
         raise ValueError(f"{shown(text)} is not an http:// or https:// URL; {accepts}")
-    if "@" in parts.netloc:
-        raise ValueError("a URL must not carry credentials (user:password@): use --upstream-token")
     if not parts.hostname:
         raise ValueError(f"{shown(text)} has no host; {accepts}")
     try:
@@ -166,9 +166,10 @@ def parse_url(value: Any) -> str:
         port = 0
     if port == 0 or (port is None and parts.netloc.endswith(":")):
         raise ValueError(f"{shown(text)} has no usable port; it accepts 1-65535")
-    if parts.path.strip("/") or parts.query or parts.fragment:
-        raise ValueError(f"{shown(text)} must be only scheme://HOST[:PORT]: the gateway calls the "
-                         "upstream's own paths")
+    if parts.path.strip("/") or parts.query or parts.fragment:  # not shown: a query may hold a key
+        raise ValueError(f"{shown(parts.scheme + '://' + parts.netloc + '/...')} must be only "
+                         "scheme://HOST[:PORT] (what follows the port is not shown): the gateway "
+                         "calls the upstream's own paths")
     return f"{parts.scheme}://{parts.netloc}"
 
 

@@ -41,6 +41,8 @@ def error_of(port: int, method: str, params: dict) -> tuple[int, str]:
     ("http://user:secret@capsule:52222", "must not carry credentials"),
     ("http://capsule:52222/a2a", "must be only scheme://HOST[:PORT]"),
     ("http://capsule:52222?x=1", "must be only scheme://HOST[:PORT]"),
+    ("http://capsule:52222/?key=secret", "must be only scheme://HOST[:PORT]"),
+    ("ftp://user:secret@capsule", "must not carry credentials"),
     ("capsule:52222", "is not an http:// or https:// URL"),
 ])
 def test_an_upstream_url_that_cannot_work_stops_the_start(url, reason):
@@ -48,6 +50,7 @@ def test_an_upstream_url_that_cannot_work_stops_the_start(url, reason):
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith("mur-gateway: --upstream") and reason in line, line
+    assert "secret" not in line  # a credential or a query's key is never echoed
 
 
 @pytest.mark.parametrize("content, reason", [
