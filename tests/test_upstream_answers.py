@@ -293,3 +293,15 @@ def test_a_link_token_the_upstream_refuses_is_worded_for_bs_client(tmp_path):
         logged = [r for r in b.logs() if r.get("event") == "upstream refused the gateway's credentials"]
     assert (error["code"], error["message"]) == (-32603, "the upstream refused the gateway's credentials")
     assert logged[0]["status"] == 403 and "the token does not hold the GetTask scope" in logged[0]["answer"]
+
+
+@pytest.mark.parametrize("code, relayed_as", [(-32001, -32001), (-32001.0, -32603), ("-32001", -32603), (True, -32603)])
+def test_an_upstream_error_code_is_relayed_only_when_it_is_one_of_ours_as_an_integer(code, relayed_as):
+    """A float or text code would reach the client as a non-integer code and miss every
+    murgw_jsonrpc_errors_total label."""
+    from gateway.capsule.upstream_answers import relayed
+    from gateway.protocol.errors import RpcError
+
+    with pytest.raises(RpcError) as raised:
+        relayed("GetTask", 200, orjson.dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": "m"}}))
+    assert type(raised.value.code) is int and raised.value.code == relayed_as

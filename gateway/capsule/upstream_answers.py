@@ -73,8 +73,8 @@ def _raise_refusal(method: str, status: int, error: object) -> NoReturn:
     what the upstream said, with its HTTP status."""
     if not isinstance(error, dict):
         raise RpcError(INTERNAL_ERROR, f"the upstream refused {method} with HTTP {status}: {error}")
-    code = error.get("code")
-    raise RpcError(code if code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
+    code = error.get("code")  # -32001.0 is `in ERRORS` too, but no integer code (nor a metric label)
+    raise RpcError(code if type(code) is int and code in ERRORS else INTERNAL_ERROR, str(error.get("message")))
 
 
 async def stream_opening(origin: Origin, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
