@@ -96,6 +96,30 @@ def test_a_replacement_worker_starts_with_the_reloaded_tokens(tmp_path):
         assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401
 
 
+def test_a_worker_booting_while_a_reload_lands_applies_it(tmp_path):
+    """A replacement spawned with the settings of before the reload, held stopped while the
+    reload lands, must still apply it when it runs (it must not take the new generation word
+    for its own)."""
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), workers=1, metrics=True, tmp_path=tmp_path) as gw:
+        (old,) = gw.worker_pids().values()
+        before = set(gw.children())
+        os.kill(old, signal.SIGKILL)
+        booting = wait_for(lambda: set(gw.children()) - before - {old}, what="the replacement spawned")
+        (new,) = booting
+        os.kill(new, signal.SIGSTOP)  # spawned with the old settings; it has not read the word yet
+        try:
+            door.write_text(token_table(AFTER))
+            os.kill(gw.pid, signal.SIGHUP)
+            wait_for(lambda: reloads(gw) == (1, 0), what="the reload applied")
+        finally:
+            os.kill(new, signal.SIGCONT)
+        wait_for(lambda: gw.worker_pids()[0] == new, timeout=30, what="the replacement serving")
+        wait_for(lambda: rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 401, what="alice's token revoked there")
+        assert rpc(gw.port, "ListTasks", {}, token=CAROL)[0] == 200
+
+
 def test_reread_names_restart_only_settings(tmp_path):
     from gateway import config as config_module
     from gateway.config_reload import reread
