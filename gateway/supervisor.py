@@ -88,8 +88,11 @@ def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
 
 
 class Supervisor:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, argv: list[str] | None = None):
         self.log = logs.get("supervisor")
+        # What a SIGHUP reload re-reads (`argv`) and compares against (`loaded`: the settings
+        # as loaded, before the capacity and backlog defaults below are resolved).
+        self.loaded, self.argv, self.reload_asked = config, argv, False
         # Resolved once here, so the workers' own listen() on the shared socket (hypercorn
         # calls it again with hc.backlog) asks for the same queue.
         backlog = config_module.effective_listen_backlog(config.listen_backlog)
@@ -295,11 +298,9 @@ def run(config: Config, argv: list[str] | None = None) -> int:
     check_platform()
     logs.setup(config.log_level)
     proctitle.name("supervisor")
-    supervisor = Supervisor(config)
+    supervisor = Supervisor(config, argv)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
-    supervisor.loaded, supervisor.argv, supervisor.reload_asked = config, argv, False
-    os.set_blocking(supervisor._signal_r, False)
     signal.signal(signal.SIGHUP, supervisor.on_hup)
     if tls.enabled(config.certfile, config.keyfile):  # for the exporter's expiry gauge
         supervisor.ring.control[control_words.TLS_EXPIRY] = tls.not_after(config.certfile) or 0
