@@ -76,8 +76,15 @@ def test_forwarded(value, client):
     assert client_of(scope("10.9.9.9", ("Forwarded", value)), TRUSTED) == client
 
 
-def test_forwarded_wins_over_x_forwarded_for():
+def test_both_headers_naming_different_clients_count_the_peer():
+    """A proxy that appends only X-Forwarded-For passes on a client's own `Forwarded`: the
+    client must not pick its key by writing one."""
     s = scope("10.9.9.9", ("X-Forwarded-For", "6.6.6.6"), ("Forwarded", "for=1.2.3.4"))
+    assert client_of(s, TRUSTED) == "10.9.9.9"
+
+
+def test_both_headers_naming_the_same_client_name_it():
+    s = scope("10.9.9.9", ("X-Forwarded-For", "7.7.7.7, 1.2.3.4"), ("Forwarded", "for=1.2.3.4"))
     assert client_of(s, TRUSTED) == "1.2.3.4"
 
 

@@ -3,8 +3,9 @@
 The per-client limits (limits.py) and the access log count by client address. Behind an
 ingress or a load balancer every peer is the proxy, so with --trusted-proxies a peer inside
 a listed range is asked: the client is the rightmost address of RFC 7239 `Forwarded: for=`
-(or, when no request line carries `Forwarded`, of `X-Forwarded-For`) that is not itself in a
-trusted range. Walking from the right matters: a client may put anything it likes on the
+or of `X-Forwarded-For` that is not itself in a trusted range (when both headers come and
+name different clients, the peer: a proxy writes one and passes the other on as the client
+sent it). Walking from the right matters: a client may put anything it likes on the
 left of the header, and only what the trusted hops appended is true.
 
 Rules, each a guard against a header the client wrote:
@@ -129,29 +130,36 @@ def x_forwarded_for_nodes(value: str) -> list[Address | None]:
 
 
 def forwarded_client(peer: str, headers: list[tuple[bytes, bytes]], ranges: tuple[Network, ...]) -> str:
-    """The client's address as a string: `peer`, or the rightmost untrusted forwarded node."""
+    """The client's address as a string: `peer`, or the rightmost untrusted forwarded node.
+
+    A proxy that writes one of the two headers passes the other through as the client sent it,
+    so when both are present and name different clients, neither is believed: the client is
+    the peer (a forged header then only lumps its sender with the proxy's own address, never
+    gives it a key of its choosing). Both naming the same client is a proxy writing both."""
     peer_address = parse_address(peer)
     if peer_address is None or not _trusted(peer_address, ranges):
         return peer
-    forwarded = [v.decode("latin-1") for k, v in headers if k.lower() == b"forwarded"]
-    xff = [v.decode("latin-1") for k, v in headers if k.lower() == b"x-forwarded-for"]
-    try:
-        if forwarded:
-            nodes = forwarded_nodes(",".join(forwarded))
-        elif xff:
-            nodes = x_forwarded_for_nodes(",".join(xff))
-        else:
+    named = set()
+    for name, parse in ((b"forwarded", forwarded_nodes), (b"x-forwarded-for", x_forwarded_for_nodes)):
+        values = [v.decode("latin-1") for k, v in headers if k.lower() == name]
+        if not values:
+            continue
+        try:
+            named.add(_rightmost_untrusted(peer_address, parse(",".join(values)), ranges))
+        except Malformed:
             return peer
-    except Malformed:
-        return peer
-    client = peer_address
+    return str(named.pop()) if len(named) == 1 else peer
+
+
+def _rightmost_untrusted(peer: Address, nodes: list, ranges: tuple[Network, ...]) -> Address:
+    client = peer
     for node in reversed(nodes):
         if node is UNNAMED:
             break
         client = node
         if not _trusted(node, ranges):
             break
-    return str(client)
+    return client
 
 
 def client_of(scope: dict, trusted: tuple[str, ...]) -> str:
