@@ -5,7 +5,10 @@ and the trusted proxies. The supervisor re-reads the file exactly as at start
 (`config.load`, same command line and environment), so a file that does not parse or
 validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
 files, upstream, ...) would need a restart: a reload names those that differ and leaves
-them as they run. The settings reach the workers through the sequencer (worker/reload.py).
+them as they run. So does the door's kind: a reload that would turn a public door into one
+with tokens, or back, keeps the tokens as they run (and names `[network.authentication]`),
+since the agent card, the watch page and the streams already open were made for the door
+the gateway started with; tokens, their scopes and max_streams change freely otherwise. The settings reach the workers through the sequencer (worker/reload.py).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[
     """(the config as now loaded with only the reloadable settings new, those settings as
     plain values, the restart-only settings that differ); raises ConfigError."""
     fresh = config_module.load(argv)
-    plain = fresh.to_dict()
-    settings = {name: plain[name] for name in RELOADABLE}
     restart_only = [f"[{f.name}]" if f.name in SECTIONS else "--" + f.name.replace("_", "-")
                     for f in dataclasses.fields(Config)
                     if f.name not in RELOADABLE and getattr(fresh, f.name) != getattr(running, f.name)]
+    if bool(fresh.tokens) != bool(running.tokens):
+        fresh = dataclasses.replace(fresh, tokens=running.tokens)
+        restart_only.append("[network.authentication] (public or with tokens)")
+    plain = fresh.to_dict()
+    settings = {name: plain[name] for name in RELOADABLE}
     applied = dataclasses.replace(running, **{name: getattr(fresh, name) for name in RELOADABLE})
     return applied, settings, restart_only

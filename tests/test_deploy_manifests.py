@@ -205,19 +205,23 @@ def test_kustomize_renders_the_kit():
 
 def test_the_config_secret_is_picked_up_by_a_reload(docs, pod, container, tmp_path):
     """The Secret is mounted whole where MUR_GATEWAY_CONFIG points (a subPath mount never
-    sees an edit); its example, uncommented with a real digest, is a token a SIGHUP applies."""
+    sees an edit); its example, uncommented with a real digest, is a door the gateway starts
+    with, and a new digest in it is a rotation a SIGHUP applies."""
     path, text = secret_config(docs, pod, container)
     assert not any("subPath" in m for m in container["volumeMounts"])
-    token = "kit-token-0d9e"
-    edited = re.sub(r"(?m)^# ?", "", text).replace(
-        "<the 64 hex digits of your token's sha256>", hashlib.sha256(token.encode()).hexdigest())
+    example = re.sub(r"(?m)^# ?", "", text)
+
+    def with_token(token: str) -> str:
+        return example.replace("<the 64 hex digits of your token's sha256>",
+                               hashlib.sha256(token.encode()).hexdigest())
     config = tmp_path / "gateway.toml"
-    config.write_text(text)  # as shipped: a public door
+    config.write_text(with_token("kit-token-old"))
     with running_gateway(tmp_path=tmp_path, metrics=True, env={"MUR_GATEWAY_CONFIG": str(config)}) as gw:
-        assert rpc(gw.port, "ListTasks", {})[0] == 200
-        config.write_text(edited)
+        assert rpc(gw.port, "ListTasks", {})[0] == 401
+        assert rpc(gw.port, "ListTasks", {}, token="kit-token-old")[0] == 200
+        config.write_text(with_token("kit-token-new"))
         os.kill(gw.pid, signal.SIGHUP)
-        wait_for(lambda: rpc(gw.port, "ListTasks", {})[0] == 401, what="the reloaded token")
-        assert rpc(gw.port, "ListTasks", {}, token=token)[0] == 200
+        wait_for(lambda: rpc(gw.port, "ListTasks", {}, token="kit-token-old")[0] == 401, what="the rotation")
+        assert rpc(gw.port, "ListTasks", {}, token="kit-token-new")[0] == 200
         reloaded = next(r for r in gw.logs() if r.get("event") == "config reloaded")
-        assert reloaded["tokens"] == 1
+        assert reloaded["tokens"] == 1 and "restart_needed" not in reloaded

@@ -135,3 +135,28 @@ def test_reread_names_restart_only_settings(tmp_path):
     assert applied.lifecycle == running.lifecycle and applied.workers == running.workers  # left as they run
     assert [t.name for t in applied.tokens] == ["bob", "carol", "dave"]
     assert applied.trusted_proxies == settings["trusted_proxies"] == ("10.0.0.0/8",)
+
+
+def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
+    """Public to tokens, or back, needs a restart (the card, the watch page and the open
+    streams were made for the door it started with): the tokens stay as they run, the other
+    reloadable settings apply, and the door is named among the restart-only settings."""
+    from gateway import config as config_module
+    from gateway.config_reload import reread
+
+    door = tmp_path / "door.toml"
+    door.write_text("")
+    argv = ["--config", str(door)]
+    public = config_module.load(argv, {})
+    door.write_text("max-streams-per-client = 3\n" + token_table(AFTER))
+    applied, settings, restart_only = reread(public, argv)
+    assert applied.tokens == () and settings["tokens"] == ()
+    assert applied.max_streams_per_client == settings["max_streams_per_client"] == 3
+    assert restart_only == ["[network.authentication] (public or with tokens)"]
+
+    door.write_text(token_table(BEFORE))
+    guarded = config_module.load(argv, {})
+    door.write_text("")
+    applied, settings, restart_only = reread(guarded, argv)
+    assert [t.name for t in applied.tokens] == ["alice", "bob", "dave"]
+    assert restart_only == ["[network.authentication] (public or with tokens)"]
