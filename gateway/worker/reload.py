@@ -54,6 +54,12 @@ async def follow(config: Config, rpc, hub) -> None:
             answer = await hub.control.call(Op.SETTINGS)
         except ConnectionError:
             continue  # the session is ending with the sequencer; the supervisor drains us
+        except Exception as exc:  # asked again at the next look: a worker never stops following
+            log.error("reloaded settings not fetched; asking again", problem=str(exc))
+            continue
         seen = answer["generation"]
         if answer["settings"] is not None:
-            config = apply(config, answer["settings"], rpc, hub)
+            try:
+                config = apply(config, answer["settings"], rpc, hub)
+            except Exception as exc:  # a revocation must not end the loop that applies the next one
+                log.error("reloaded settings not applied", problem=str(exc))
