@@ -38,7 +38,7 @@ class FakeSink:
         self.block = False
         self.pending = False
         self.released_drain = asyncio.Event()
-        self.ended = self.released = self.closed = False
+        self.ended = self.released = self.closed = self.aborted = False
         self.drains = 0
         self._listener = None
 
@@ -60,6 +60,10 @@ class FakeSink:
 
     async def end(self) -> None:
         self.ended = True
+
+    def abort(self) -> None:
+        self.aborted = self.closed = True
+        self.released_drain.set()
 
     def on_disconnect(self, listener) -> None:
         self._listener = listener
@@ -201,6 +205,28 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
             ("observe", "reader_lag_events", 4, WATCH_SESSION, 3)]
         bench.hub.close_all()
     run(ring, scenario)
+
+
+def test_a_revoked_stream_whose_reader_stopped_is_cut_off_a_heartbeat_later(ring):
+    """A reload ends a revoked stream after its whole events; one whose reader stopped reading
+    waits in its drain, so a heartbeat interval later its connection is cut, not left to hold
+    its place for as long as the reader sleeps. One that can still write ends at once."""
+    async def scenario(bench: Bench):
+        blocked_sink, blocked = FakeSink(), watcher()
+        free_sink, free = FakeSink(), watcher()
+        blocked_task, free_task = await bench.open(blocked, blocked_sink), await bench.open(free, free_sink)
+        blocked_sink.block = True
+        bench.frames(2)
+        bench.hub.sync()
+        await asyncio.sleep(0)
+        assert blocked_sink.drains == 1 and free_sink.ids() == [1, 2]
+        bench.hub.end_stream(blocked)
+        bench.hub.end_stream(free)
+        assert await free_task == "revoked" and free_sink.ended and not free_sink.aborted
+        assert not blocked_task.done()  # still in its drain: the interval has not passed
+        assert await asyncio.wait_for(blocked_task, 5) == "revoked"
+        assert blocked_sink.aborted and blocked_sink.ids() == [1, 2] and not blocked_sink.ended
+    run(ring, scenario, interval=0.2)
 
 
 def test_a_blocked_sink_is_drained_by_the_stream_and_not_written_meanwhile(ring):

@@ -82,6 +82,33 @@ def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
                 stream.close()
 
 
+def test_a_revoked_stream_whose_reader_stopped_reading_is_cut_off(tmp_path):
+    """Alice stops reading while events keep coming (her socket and the worker's buffer fill),
+    then a reload removes her token: her stream cannot end after its next write, so a
+    heartbeat interval later its connection is cut and its place freed."""
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), "--sim-load", "400", "--sim-load-size", "2000",
+                         workers=1, metrics=True, tmp_path=tmp_path) as gw:
+        alice = SSEStream(gw.port, WATCH, {}, token=ALICE, last_event_id=LIVE, rcvbuf=4096)
+        try:
+            assert alice.status == 200
+            # 200 events of 2 KB written since she opened, none read: more than her socket, the
+            # kernel's unsent allowance and the worker's high-water mark together hold
+            start = scrape(gw.metrics_port)["murgw_ring_head_id"]
+            wait_for(lambda: scrape(gw.metrics_port)["murgw_ring_head_id"] > start + 200,
+                     what="alice's stream blocked")
+            door.write_text(token_table(AFTER))
+            os.kill(gw.pid, signal.SIGHUP)
+            ended = wait_for(lambda: next((r for r in gw.logs() if r.get("event") == "stream end"), None),
+                             what="alice's stream ended")
+            assert (ended["caller"], ended["reason"]) == ("alice", "revoked")
+            wait_for(lambda: scrape(gw.metrics_port)['murgw_connections_open{endpoint="murmur.WatchSession"}'] == 0,
+                     what="her place freed")
+        finally:
+            alice.close()
+
+
 def test_a_replacement_worker_starts_with_the_reloaded_tokens(tmp_path):
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))

@@ -309,9 +309,19 @@ class Hub:
     def end_stream(self, stream: Stream) -> None:
         """End `stream` where it stands (a reload revoked its token, worker/reload.py): after
         the whole events already written, with no frame of its own. Its coroutine sees
-        `ended` before it gathers again; a parked one is resumed to see it now."""
+        `ended` before it gathers again; a parked one is resumed to see it now. One waiting for
+        a reader that stopped reading would wait as long as that reader: still open a heartbeat
+        interval later, its connection is cut (DECISIONS: it ends within one interval)."""
         stream.ended = stream.revoked = True
         stream.poke()
+        if stream.sink is not None and stream.sink.blocked:
+            asyncio.get_running_loop().call_later(self.heartbeats.interval, self._cut_off, stream)
+
+    @staticmethod
+    def _cut_off(stream: Stream) -> None:
+        sink = stream.sink  # None once its coroutine ended and let the connection go
+        if sink is not None and not sink.closed:
+            sink.abort()
 
     def _own_write(self, stream: Stream, body: bytes) -> None:
         """A write from the stream's coroutine (not the pass)."""
@@ -327,10 +337,10 @@ class Hub:
         window = self.window
         if window.closing:
             return "drain"
+        if stream.revoked:  # its connection may have been cut for it (`_cut_off`)
+            return "revoked"
         if sink.closed:
             return "client_left"
-        if stream.revoked:
-            return "revoked"
         if stream.session_changed:
             return "session_changed"
         if stream.task is None or (window.session_closed_at and stream.cursor >= window.session_closed_at - 1):

@@ -37,6 +37,10 @@ class Sink(Protocol):
     async def end(self) -> None:
         """End the response body (the stream is over and the client is still there)."""
 
+    def abort(self) -> None:
+        """Give the client up now, however much waits to leave: a stream whose reader stopped
+        reading, and that must end (a reload revoked it), is not held by its drain."""
+
     def on_disconnect(self, listener: Listener) -> None:
         """Call `listener.poke()` once when the client leaves (it may already have). An object,
         not a callback: a bound method would cost every open stream another 64 bytes."""

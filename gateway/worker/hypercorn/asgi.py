@@ -60,6 +60,12 @@ class Connection:
         if message["type"] == "http.disconnect":
             self._leave()
 
+    def abort(self) -> None:
+        """Over ASGI the connection is the server's (HTTP/2: shared with other streams): the
+        stream is taken as gone, and its coroutine ends as soon as the send it waits in
+        returns (the client's window opens, or the connection closes)."""
+        self._leave()
+
     def _leave(self) -> None:
         if not self.left:
             self.left = True

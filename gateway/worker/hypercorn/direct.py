@@ -64,6 +64,11 @@ class DirectSink(Connection):
         except Exception:  # the peer went away while we waited
             self._leave()
 
+    def abort(self) -> None:
+        """Close the connection at once, unsent bytes dropped: the drain waiting on it returns."""
+        self.transport.abort()
+        self._leave()
+
     def release(self) -> None:
         super().release()
         self.writer = self.transport = None
