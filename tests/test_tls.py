@@ -11,7 +11,7 @@ import sys
 import httpx
 import pytest
 
-from support import (ROOT, SSEStream, describe, is_terminal_event, problem_detail, running_gateway, task_id_of,
+from support import (ROOT, SSEStream, describe, is_terminal_event, problem_detail, running_gateway, task_id_of, wait_for,
                      user_message)
 from tls_support import Certificates, accounted, lagged_frames
 
@@ -61,6 +61,8 @@ def test_plain_http_on_a_tls_door_is_answered_400_in_plain_http_then_closed(gate
     assert "this port speaks HTTPS" in problem_detail(400, headers, body)
     answer = httpx.get(f"http://127.0.0.1:{gateway.port}/", headers={"A2A-Version": "1.0"})
     assert answer.status_code == 400 and answer.json()["detail"].startswith("this port speaks HTTPS")
+    wait_for(lambda: any(r.get("event") == "plain HTTP on the TLS port" and r["status"] == 400
+                         and r["client"] == "127.0.0.1" for r in gateway.logs()), what="the refusal logged")
 
 
 def test_direct_body_stream_over_tls_http1(gateway, certs):

@@ -20,11 +20,14 @@ import asyncio
 import socket
 import string
 
+from gateway import logs
 from gateway.worker.problem import PROBLEM_TYPE, problem_body, reason_phrase
 
 DETAIL = "this port speaks HTTPS: the plain HTTP request was sent to an HTTPS port; use https://"
 DRAIN_BYTES = 1 << 16
 HTTP_FIRST_BYTES = frozenset(string.ascii_uppercase.encode())
+
+log = logs.get("worker")
 
 
 def answer() -> bytes:
@@ -53,6 +56,13 @@ async def _refuse(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
         drained += len(data)
 
 
+def _peer(conn: socket.socket) -> str:
+    try:
+        return str(conn.getpeername()[0])
+    except OSError:
+        return ""
+
+
 async def tls_time_left(loop: asyncio.AbstractEventLoop, conn: socket.socket, timeout: float) -> float | None:
     """How much of the handshake's `timeout` is left once a connection's first byte says TLS;
     None when it said plain HTTP (answered and closed here), or when it closed or sent nothing
@@ -64,6 +74,8 @@ async def tls_time_left(loop: asyncio.AbstractEventLoop, conn: socket.socket, ti
         if first and first[0] not in HTTP_FIRST_BYTES:
             left = max(deadline - loop.time(), 1e-3)  # uvloop takes no handshake timeout of 0
         elif first:
+            # before any request is parsed, so not an access-log line: its own, at the same level
+            log.info("plain HTTP on the TLS port", status=400, client=_peer(conn))
             async with asyncio.timeout(timeout):
                 await _refuse(loop, conn)
     except (OSError, TimeoutError):
