@@ -391,6 +391,9 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
                or tls.upstream_cacert_problem(values["upstream_cacert"]))
     if problem is not None:
         raise ConfigError(problem)
+    if values["client_request_burst"] is not None and not values["client_request_rate"]:
+        raise ConfigError("--client-request-burst: takes effect only with --client-request-rate "
+                          "(a rate above 0), which is not set")
     if values["workers"] is None:
         values["workers"] = min(os.cpu_count() or 1, MAX_WORKERS)
     return Config(**values, lifecycle=_section(data, "lifecycle", Lifecycle),

@@ -97,6 +97,8 @@ def test_cli_refuses_at_start_with_one_line(tmp_path):
     (["--watch-page", "yes"], {}, "--watch-page: 'yes' is not on or off"),
     (["--workrs", "2"], {}, "unrecognized arguments: --workrs 2"),
     (["--bind"], {}, "argument --bind: expected one argument"),
+    (["--client-request-burst", "5"], {},
+     "--client-request-burst: takes effect only with --client-request-rate (a rate above 0), which is not set"),
 ])
 def test_a_value_error_is_one_line_in_words(argv, env, line):
     from gateway.control_words import MAX_WORKERS
