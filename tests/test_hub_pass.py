@@ -176,7 +176,7 @@ def subscriber(activated: bool = True) -> Stream:
                   task=TaskView(TASK, TASK_KEY, ends_on_input=False))
 
 
-def run(ring: Ring, scenario, **bench_args):
+def run(ring: Ring, scenario, runner=asyncio.run, **bench_args):
     async def main():
         bench = Bench(ring, **bench_args)
         bench.hub.start()
@@ -184,7 +184,25 @@ def run(ring: Ring, scenario, **bench_args):
             return await scenario(bench)
         finally:
             bench.close()
-    return asyncio.run(main())
+    return runner(main())
+
+
+def test_wake_ups_during_a_burst_under_uvloop_share_one_pass(ring):
+    """The workers run uvloop, whose call_later(0, ...) is a plain Handle with no when(): a
+    second wake-up while a pass is due at once (a burst) must find that pass, not raise."""
+    import uvloop
+
+    async def scenario(bench: Bench):
+        sink, stream = FakeSink(), watcher()
+        await bench.open(stream, sink)
+        bench.frames(40)  # more waiting than COALESCE_MAX_EVENTS: the pass is due at once
+        bench.hub._on_wake()
+        bench.hub._on_wake()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert sink.ids() == list(range(1, 41))
+        bench.hub.close_all()
+    run(ring, scenario, runner=uvloop.run)
 
 
 def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ring):

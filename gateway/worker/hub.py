@@ -62,7 +62,8 @@ class Hub:
         self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
         self._beat_slot = control_words.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
-        self._pending_sync: asyncio.TimerHandle | None = None
+        self._pending_sync: asyncio.Handle | None = None
+        self._pending_due = 0.0  # the loop time `_pending_sync` runs at
         # Adaptive coalescing (coalesce.py): the wait before the next pass after a wake-up,
         # from how much of the loop the last pass took, and when that pass began.
         self._delay = 0.0
@@ -118,9 +119,12 @@ class Hub:
         delay = self._delay if waiting < config.COALESCE_MAX_EVENTS else 0.0
         pending = self._pending_sync
         if pending is not None:
-            if delay or pending.when() <= self._loop.time():
+            # uvloop answers call_later(0, ...) with a plain Handle, which has no when(): the
+            # due time is kept here
+            if delay or self._pending_due <= self._loop.time():
                 return  # the pass already due serves this wake-up too
             pending.cancel()
+        self._pending_due = self._loop.time() + delay
         self._pending_sync = self._loop.call_later(delay, self._coalesced_sync)
 
     def _coalesced_sync(self) -> None:
