@@ -365,7 +365,8 @@ def csse_storm(args, metrics_port: int) -> dict:
         cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", "--last-event-id", "0",
                             "--track-ids", "--track-from-open", "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
-                            "--procs", str(args.procs), "--out", out, args.url], args.client_cpus)
+                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
+                            "--out", out, args.url], args.client_cpus)
         started = time.monotonic()
         subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
         wall = time.monotonic() - started
@@ -433,6 +434,8 @@ def parse_args(argv=None):
     p.add_argument("--settle", type=float, default=3.0, help="with --csse: seconds for the burst to finish")
     p.add_argument("--server-cpus", help="taskset -c list for the gateway (started here)")
     p.add_argument("--client-cpus", help="taskset -c list for the C reader")
+    p.add_argument("--source-addrs", type=int, default=1,
+                   help="with --csse: spread the streams over 127.0.0.1..K (one address has ~28,000 ports)")
     args = p.parse_args(argv)
     args.procs = max(1, min(args.procs, args.watchers))
     args.max_back = max(1, args.max_back)
