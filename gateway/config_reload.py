@@ -8,7 +8,8 @@ files, upstream, ...) would need a restart: a reload names those that differ and
 them as they run. So does the door's kind: a reload that would turn a public door into one
 with tokens, or back, keeps the tokens as they run (and names `[network.authentication]`),
 since the agent card, the watch page and the streams already open were made for the door
-the gateway started with; tokens, their scopes and max_streams change freely otherwise. The settings reach the workers through the sequencer (worker/reload.py).
+the gateway started with; tokens, their scopes and max_streams change freely otherwise. The
+settings reach the workers through the sequencer (worker/reload.py).
 """
 
 from __future__ import annotations

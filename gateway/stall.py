@@ -4,9 +4,12 @@ Each worker bumps ``control_words.LOOP_BEAT + index`` in the ring's control area
 PULSE_SECONDS from a timer on its event loop (`start_pulse`), and its hub bumps the same word
 as it makes progress (a pass's streams written, a catch-up run, an opening served:
 gateway/worker/hub.py): the word moves while the loop turns or the worker writes, so a worker
-that is busy, even inside one long callback, is never taken for a stuck one. A loop blocked
-in a system call, or spinning in code that writes nothing, moves it neither way. The supervisor (`StallWatch`) remembers when each word last moved; a worker whose
-word has stood still for ``--worker-stall-timeout`` seconds is treated like a crashed one:
+that is busy, even inside one long callback, is not taken for a stuck one while it gets the
+CPU. A worker starved of it (more workers than cores, at 100,000 watchers) moves the word no
+more than a stuck one, and may be replaced: docs/sizing.md says to raise the timeout there.
+A loop blocked in a system call, or spinning in code that writes nothing, moves it neither way. The
+supervisor (`StallWatch`) remembers when each word last moved; a worker whose word has stood
+still for ``--worker-stall-timeout`` seconds is treated like a crashed one:
 killed with SIGKILL (a blocked or spinning loop would never run a SIGTERM handler) and
 replaced, and its watchers reconnect with ``Last-Event-ID`` into the replay. The supervisor
 compares only the worker's own counter with its own clock, so no clocks are shared.

@@ -165,7 +165,10 @@ class Supervisor:
             self.control_path, [send_end for send_end, _ in self.wake])
         for index in range(self.config.workers):
             self._start_worker(index)
-        scheme = "https" if tls.enabled(self.config.certfile, self.config.keyfile) else "http"
+        scheme = "http"
+        if tls.enabled(self.config.certfile, self.config.keyfile):
+            scheme = "https"  # and the exporter's expiry gauge, read once here
+            self.ring.control[control_words.TLS_EXPIRY] = tls.not_after(self.config.certfile) or 0
         listening = url_of(self.listener, scheme)
         print(f"listening on {listening}", flush=True)
         metrics_url = None
@@ -302,8 +305,6 @@ def run(config: Config, argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGHUP, supervisor.on_hup)
-    if tls.enabled(config.certfile, config.keyfile):  # for the exporter's expiry gauge
-        supervisor.ring.control[control_words.TLS_EXPIRY] = tls.not_after(config.certfile) or 0
     status = 1
     try:
         supervisor.start()

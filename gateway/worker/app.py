@@ -144,7 +144,7 @@ class RpcEndpoint:
             try:
                 exchange.ended = await self.hub.serve(stream, self.sink_for(server_send(send), receive))
             finally:
-                rule, holding = self.holds.pop(stream, (None, None))
+                _rule, holding = self.holds.pop(stream, (None, None))
                 self.limits.release(holding)
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,

@@ -130,6 +130,7 @@ class Door:
         now = next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
         return now is not None and ("*" in now.scopes or method in now.scopes)
 
+
 def http_error_handler(counters: Counters):
     """Starlette's own refusals (no route, a method the route does not take, a bug), as the
     door's refusals are, and counted as they are (a bug's 500 is no refusal)."""
