@@ -155,7 +155,9 @@ def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
                          tmp_path=tmp_path) as gw:
         worker = wait_for(lambda: gw.worker_pids().get(0), what="the worker")
         stalled = [SSEStream(gw.port, WATCH, {}, rcvbuf=4096) for _ in range(40)]
-        readers = start_watchers(gw.port, 3)
+        # The readers' sockets hold seconds of events, so a reader thread this process runs
+        # late (three of them share one interpreter) is never the one that lags.
+        readers = start_watchers(gw.port, 3, rcvbuf=4 << 20)
         try:
             rss_before = _rss(worker)
             time.sleep(5)
