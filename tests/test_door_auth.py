@@ -243,7 +243,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
             pass
 
     config = gateway_config.load([])
-    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable(), Counters()),
+    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable()),
                                   Unreachable(), Counters())
 
     async def app(scope, receive, send):

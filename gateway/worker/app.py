@@ -75,7 +75,7 @@ class RpcEndpoint:
         self.control = control
         self.counters = counters
         self.door = Door(config)
-        self.limits = ClientLimits(config, control, counters)
+        self.limits = ClientLimits(config, control)
         # Each open stream that a limit counts or a token let in: a reload ends the ones whose
         # token it removed (reload.py), and each gives its places back when it ends.
         self.holds: dict[Stream, tuple[TokenRule | None, Holding | None]] = {}
