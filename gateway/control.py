@@ -25,7 +25,6 @@ import orjson
 from gateway.protocol.errors import INTERNAL_ERROR, RpcError
 
 MAX_MESSAGE = 64 << 20
-WHO = ("owner", "sees_all")  # the caller: the token's name, and whether it sees every task
 
 
 class Caller(NamedTuple):
@@ -54,6 +53,7 @@ class Caller(NamedTuple):
 # Anyone at a public door, and the gateway's own look at a task a stream already follows
 # (the stream passed the door when it opened).
 EVERY_TASK = Caller(None, True)
+WHO = Caller._fields  # the params a task call names its caller with
 
 
 class Op(enum.Enum):
