@@ -10,7 +10,7 @@ inherits it): a worker holds one descriptor per connection, and the soft default
 - MEMORY_SHARE of the memory available (MemAvailable, or the cgroup's limit less its usage
   where that is smaller), at PLAN_BYTES_PER_WATCHER each, split over the workers.
 
-Past that limit a request is refused with 503 and ``Retry-After`` (door.py), counted in
+Past that limit a request is refused with 503 and ``Retry-After`` (worker/door/admission.py), counted in
 ``murgw_requests_refused_total{reason="capacity"}``: a refusal the client can act on, where
 running out of descriptors would leave connections waiting in the accept queue and running
 out of memory would bring the OOM killer.

@@ -18,14 +18,42 @@ import itertools
 import os
 import socket
 import struct
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NamedTuple
 
 import orjson
 
 from gateway.protocol.errors import INTERNAL_ERROR, RpcError
 
 MAX_MESSAGE = 64 << 20
-WHO = ("owner", "sees_all")  # the caller: the token's name, and whether it sees every task
+
+
+class Caller(NamedTuple):
+    """Who a task call is for: the owner name tasks are recorded under, and whether it sees
+    every task. It fails closed: a call whose params name no caller (`of`) sees no task at
+    all, and a caller with no owner sees only when it sees every task."""
+
+    owner: str | None
+    sees_all: bool
+
+    @classmethod
+    def of(cls, params: dict) -> "Caller":
+        """The caller a call's params name (`params()` wrote them); none named: a caller
+        that sees nothing."""
+        owner = params.get("owner")
+        return cls(owner if isinstance(owner, str) else None, params.get("sees_all") is True)
+
+    def sees(self, task_owner: str | None) -> bool:
+        """Whether this caller sees a task recorded under `task_owner`."""
+        return self.sees_all or (self.owner is not None and task_owner == self.owner)
+
+    def params(self) -> dict:
+        return {"owner": self.owner, "sees_all": self.sees_all}
+
+
+# Anyone at a public door, and the gateway's own look at a task a stream already follows
+# (the stream passed the door when it opened).
+EVERY_TASK = Caller(None, True)
+WHO = Caller._fields  # the params a task call names its caller with
 
 
 class Op(enum.Enum):

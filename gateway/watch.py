@@ -42,8 +42,9 @@ EXIT_INTERRUPTED = 130
 WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": WATCH_SESSION, "params": {}})
 
 
-class Refused(Exception):
-    """The request was answered with something other than an event stream."""
+class CannotWatch(Exception):
+    """Why no stream was opened: a bad address or --cacert, no connection, or an answer that
+    is not an event stream (exit status 2, `EXIT_REFUSED`)."""
 
 
 def request_headers(token: str | None) -> dict[str, str]:
@@ -64,7 +65,7 @@ def tls_context(cacert: str | None) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=cacert)
     except (OSError, ssl.SSLError) as exc:
-        raise Refused(f"--cacert {cacert}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise CannotWatch(f"--cacert {cacert}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def open_connection(address: str, cacert: str | None = None) -> http.client.HTTPConnection:
@@ -72,9 +73,9 @@ def open_connection(address: str, cacert: str | None = None) -> http.client.HTTP
         url = urlsplit(address)
         port = url.port
     except ValueError:
-        raise Refused(f"not a valid address: {address}") from None
+        raise CannotWatch(f"not a valid address: {address}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise Refused(f"not an http:// or https:// address: {address}")
+        raise CannotWatch(f"not an http:// or https:// address: {address}")
     if url.scheme == "https":
         connection = http.client.HTTPSConnection(url.hostname, port, timeout=CONNECT_TIMEOUT,
                                                  context=tls_context(cacert))
@@ -83,7 +84,7 @@ def open_connection(address: str, cacert: str | None = None) -> http.client.HTTP
     try:
         connection.connect()
     except OSError as exc:
-        raise Refused(f"cannot connect to {address}: {exc.strerror or exc}") from None
+        raise CannotWatch(f"cannot connect to {address}: {exc.strerror or exc}") from None
     return connection
 
 
@@ -128,7 +129,7 @@ def start_watch(connection: http.client.HTTPConnection, address: str,
         connection.request("POST", urlsplit(address).path or "/", body=WATCH_REQUEST, headers=request_headers(token))
         response = connection.getresponse()
         if response.status != 200 or not response.getheader("content-type", "").startswith("text/event-stream"):
-            raise Refused(f"{address} refused the request: {refusal(response)}")
+            raise CannotWatch(f"{address} refused the request: {refusal(response)}")
     except (OSError, http.client.HTTPException):
         return None
     connection.sock.settimeout(None)  # heartbeats may pause; only a closed connection ends the stream
@@ -150,7 +151,7 @@ def watch(address: str, token: str | None, console: Console, cacert: str | None 
         connection = open_connection(address, cacert)
         with contextlib.closing(connection):
             return print_stream(start_watch(connection, address, token), address, console)
-    except Refused as exc:
+    except CannotWatch as exc:
         console.show([Write(STDERR, f"mur watch: {exc}\n")])
         return EXIT_REFUSED
 

@@ -1,8 +1,10 @@
-"""The control socket answers only its own user's processes.
+"""The control socket answers only its own user's processes, and a call names its caller.
 
 It is an abstract Unix socket (no file, so nothing can outlive the session), which means no
 file permissions either: any process in the network namespace can connect. The sequencer
-closes a peer of another user unanswered, so the door's tokens stay the only way in.
+closes a peer of another user unanswered, so the door's tokens stay the only way in. A task
+call that names no caller sees no task (it fails closed): only a call that says whose it is,
+or that it sees every task, is answered with one.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import sys
 
 import pytest
 
-from support import running_gateway
+from gateway.control import Op, call_blocking
+from gateway.protocol.errors import TASK_NOT_FOUND, RpcError
+from support import rpc, running_gateway, user_message
 
 PROBE = r"""
 import json, os, socket, struct, sys
@@ -60,3 +64,23 @@ def test_another_users_process_gets_no_answer_from_the_control_socket(tmp_path):
         assert '"ok":{"tasks":' in probe(address, None)  # the gateway's own user is answered
         assert probe(address, NOBODY) == "closed"
         assert gw.proc.poll() is None
+
+
+def test_a_task_call_that_names_no_caller_sees_no_task(tmp_path):
+    with running_gateway(tmp_path=tmp_path) as gw:
+        status, _, body = rpc(gw.port, "SendMessage", user_message("hello"))
+        assert status == 200 and "result" in body, body
+        task_id = body["result"]["task"]["id"]
+        path = "\0" + control_address(gw.pid)
+        everyone = {"owner": None, "sees_all": True}  # what a public door's caller is
+        assert [t["id"] for t in call_blocking(path, Op.LIST, 30, params={}, **everyone)["tasks"]] == [task_id]
+        assert call_blocking(path, Op.GET, 30, id=task_id, **everyone)["task"]["id"] == task_id
+
+        assert call_blocking(path, Op.LIST, 30, params={})["tasks"] == []
+        with pytest.raises(RpcError) as unseen:
+            call_blocking(path, Op.GET, 30, id=task_id)
+        assert unseen.value.code == TASK_NOT_FOUND
+        with pytest.raises(RpcError) as unseen:
+            call_blocking(path, Op.CANCEL, 30, id=task_id)
+        assert unseen.value.code == TASK_NOT_FOUND
+        assert call_blocking(path, Op.GET, 30, id=task_id, **everyone)["task"]["status"]["state"] != "TASK_STATE_CANCELED"

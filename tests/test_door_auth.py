@@ -224,7 +224,8 @@ def test_no_path_outside_the_attachment_store_is_reachable(gateway, path):
 
 def test_attachment_while_the_sequencer_is_unreachable_is_503():
     """The worker outlives its sequencer by a moment (the supervisor then drains it): an
-    attachment asked for meanwhile is a JSON 503 with Retry-After, not a 500."""
+    attachment asked for meanwhile is a JSON 503 with Retry-After, not a 500, and not
+    counted as a refusal."""
     import asyncio
 
     import httpx
@@ -239,12 +240,15 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
             raise ConnectionError("sequencer connection lost")
 
     class Counters:
+        def __init__(self):
+            self.added = []
+
         def add(self, *args, **kwargs):
-            pass
+            self.added.append((args, kwargs))
 
     config = gateway_config.load([])
-    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable(), Counters()),
-                                  Unreachable(), Counters())
+    counters = Counters()
+    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable()), Unreachable(), counters)
 
     async def app(scope, receive, send):
         scope["path_params"] = {"task_id": "tsk_x", "sha256": "0" * 64}
@@ -258,3 +262,4 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "1"
     assert problem_detail(503, answer.headers, answer.content) == "the sequencer is not reachable"
+    assert counters.added == []  # the gateway's own trouble, not a refusal: counted nowhere

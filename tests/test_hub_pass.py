@@ -345,7 +345,7 @@ def test_a_lost_task_stream_asks_for_its_task_at_a_heartbeat_and_ends_as_found(r
         bench.hub.sync()
         assert len(sink.ids()) == 1 + 128 and stream.lost
         await asyncio.wait_for(task, 10)  # the next heartbeat looks the task up
-        assert bench.control.asked == [(Op.GET, {"id": "tsk_h"})]
+        assert bench.control.asked == [(Op.GET, {"id": "tsk_h", "owner": None, "sees_all": True})]
         body = b"".join(sink.writes[1:])
         assert body.startswith(b":heartbeat\n\n") and b'"artifactUpdate"' in body
         assert body.endswith(b'"state":"TASK_STATE_COMPLETED","timestamp":"t"}}}}\n\n') and sink.ended

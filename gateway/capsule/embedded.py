@@ -22,7 +22,7 @@ from gateway.capsule.sim import Refusal, ScenarioRunner
 from gateway.capsule.tasks import Registry, Task
 from gateway.capsule.writer import RingWriter
 from gateway.config import Config
-from gateway.control import Op
+from gateway.control import Caller, Op
 from gateway.protocol import events, states
 from gateway.protocol.errors import (INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION,
                                      RpcError, task_ended)
@@ -79,7 +79,7 @@ class EmbeddedCapsule:
 
     def _task(self, p: dict, task_id: object) -> Task:
         """The task `task_id` as the caller the call's params `p` name sees it."""
-        return self.registry.get(task_id, p.get("owner"), p.get("sees_all", True))
+        return self.registry.get(task_id, Caller.of(p))
 
     def _refuse_streams(self, what: str) -> None:
         if self.config.lifecycle.task_acceptance == "none":
@@ -136,7 +136,7 @@ class EmbeddedCapsule:
         params = p.get("params") or {}
         start, size = paging.window(params)
         context, state = params.get("contextId"), params.get("status")
-        tasks = [t for t in self.registry.visible(p.get("owner"), p.get("sees_all", True))
+        tasks = [t for t in self.registry.visible(Caller.of(p))
                  if (context is None or t.context_id == context) and (state is None or t.state == state)]
         tasks.reverse()  # most recent first
         answer = paging.page(tasks, start, size)

@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from gateway.control import Caller
 from gateway.protocol import events, ids, states
 from gateway.protocol.errors import INVALID_PARAMS, TASK_NOT_FOUND, RpcError
 
@@ -62,17 +63,17 @@ class Registry:
         self._by_id[task_id] = task
         return task
 
-    def get(self, task_id: object, owner: str | None, sees_all: bool = True) -> Task:
+    def get(self, task_id: object, caller: Caller) -> Task:
         """The task the caller sees; an unseen task is answered exactly like an unknown one."""
         if not isinstance(task_id, str) or not task_id:
             raise RpcError(INVALID_PARAMS, "params.id must be a non-empty string")
         task = self._by_id.get(task_id)
-        if task is None or not (sees_all or task.owner == owner):
+        if task is None or not caller.sees(task.owner):
             raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
         return task
 
-    def visible(self, owner: str | None, sees_all: bool = True) -> Iterator[Task]:
-        return (t for t in self._by_id.values() if sees_all or t.owner == owner)
+    def visible(self, caller: Caller) -> Iterator[Task]:
+        return (t for t in self._by_id.values() if caller.sees(t.owner))
 
     def live(self) -> Iterator[Task]:
         return (t for t in self._by_id.values() if not t.ended)

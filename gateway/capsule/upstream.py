@@ -44,7 +44,7 @@ from gateway.capsule.upstream_answers import (CREDENTIAL_STATUSES, AttachmentCac
                                               fetch_attachment, listed_tasks, opening_now, relayed,
                                               stream_opening, unreachable)
 from gateway.capsule.writer import RingWriter
-from gateway.control import Op
+from gateway.control import Caller, Op
 from gateway.protocol import events, states
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK, LIST_TASKS,
                                          SEND_MESSAGE, SEND_STREAMING_MESSAGE, STOP_SESSION,
@@ -240,7 +240,7 @@ class UpstreamCapsule:
         if not isinstance(task_id, str) or not task_id:
             return None  # the upstream answers it (-32602)
         known = self.tasks.get(task_id)
-        if not p.get("sees_all", True) and (known is None or known.owner != p.get("owner")):
+        if not Caller.of(p).sees(None if known is None else known.owner):
             raise RpcError(TASK_NOT_FOUND, f"task {task_id} not found")
         return known
 
@@ -306,12 +306,12 @@ class UpstreamCapsule:
         """The upstream's listing; for a caller who sees only its own tasks, those tasks paged
         here, as a door that held them would page them (the upstream's pages hold everyone's)."""
         params = p.get("params") or {}
-        if p.get("sees_all", True):
+        caller = Caller.of(p)
+        if caller.sees_all:
             return await self.call(LIST_TASKS, params)
         start, size = paging.window(params)
-        owner = p.get("owner")
         mine = await listed_tasks(self.call, params,
-                                  lambda t: getattr(self.tasks.get(t["id"]), "owner", None) == owner)
+                                  lambda t: caller.sees(getattr(self.tasks.get(t["id"]), "owner", None)))
         return paging.page(mine, start, size)
 
     async def cancel(self, p: dict) -> dict:

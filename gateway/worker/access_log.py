@@ -103,9 +103,9 @@ def server_send(send):
 
 
 class AccessLog:
-    """Writes the lines (or, with `--access-log off`, none). `Admission` (door.py) begins an
-    `Exchange` for every HTTP request and WebSocket handshake and ends it when the request is
-    over; the stream's opening is written by `POST /` when its head is sent."""
+    """Writes the lines (or, with `--access-log off`, none). `Admission` (door/admission.py)
+    begins an `Exchange` for every HTTP request and WebSocket handshake and ends it when the
+    request is over; the stream's opening is written by `POST /` when its head is sent."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled

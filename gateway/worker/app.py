@@ -47,8 +47,8 @@ from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_s
 from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute, agent_card, with_own_address
 from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
-                                 http_error_handler, is_json_content_type, nests_deeper, respond,
-                                 rpc_id_of, rpc_id_problem)
+                                 http_error_handler, is_json_content_type, nests_deeper, refuse,
+                                 respond, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.limits import ClientLimits, Holding
 from gateway.worker.sink import Sink
@@ -75,7 +75,7 @@ class RpcEndpoint:
         self.control = control
         self.counters = counters
         self.door = Door(config)
-        self.limits = ClientLimits(config, control, counters)
+        self.limits = ClientLimits(config, control)
         # Each open stream that a limit counts or a token let in: a reload ends the ones whose
         # token it removed (reload.py), and each gives its places back when it ends.
         self.holds: dict[Stream, tuple[TokenRule | None, Holding | None]] = {}
@@ -132,7 +132,7 @@ class RpcEndpoint:
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
             stream = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
-            await refusal.answer(send, self.counters)
+            await refuse(send, refusal, self.counters)
             return
         if stream is not None:
             # Served from here, not from inside `_dispatch`: while it is open, nothing of the
@@ -336,7 +336,7 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
 
     app = Starlette(routes=[
         Route("/", rpc, methods=["POST"]),
-        Route("/.well-known/agent-card.json", CardRoute(config, control).respond, methods=["GET"]),
+        Route("/.well-known/agent-card.json", CardRoute(config, control, counters).respond, methods=["GET"]),
         Route("/attachments/{task_id}/{sha256}", AttachmentEndpoint(rpc.door, rpc.limits, control, counters)),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -12,7 +12,9 @@ from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
 from gateway.worker.access_log import exchange_of
-from gateway.worker.door import NOSNIFF, RETRY_AFTER, Door, Refused, header, respond_bytes
+from gateway.worker.door.asgi_http import NOSNIFF, RETRY_AFTER, header, respond_bytes
+from gateway.worker.door.auth import Door
+from gateway.worker.door.refusal import Refused, refuse
 from gateway.worker.limits import ClientLimits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -33,7 +35,7 @@ class AttachmentEndpoint:
                 exchange_of(scope).caller = rule.name
             caller = self.door.authorize(rule, GET_TASK)
         except Refused as refusal:
-            await refusal.answer(send, self.counters)
+            await refuse(send, refusal, self.counters)
             return
         task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]
         found = None
@@ -42,7 +44,7 @@ class AttachmentEndpoint:
                 found = await self.control.call(Op.ATTACHMENT, task_id=task_id, sha256=sha256, **caller.params())
             except (ConnectionError, RpcError) as exc:  # the sequencer, or (upstream mode) the upstream
                 message = str(exc) if isinstance(exc, RpcError) else "the sequencer is not reachable"
-                await Refused(503, message, [RETRY_AFTER]).send(send)
+                await refuse(send, Refused(503, message, [RETRY_AFTER], counted=False), self.counters)
                 return
         if found is None:
             await respond_bytes(send, 404, b"", [NOSNIFF])

@@ -14,10 +14,12 @@ from starlette.responses import Response
 
 from gateway.config import Config
 from gateway.control import ControlClient, Op
+from gateway.metrics import Counters
 from gateway.protocol import events
 from gateway.protocol.errors import RpcError
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
-from gateway.worker.door import RETRY_AFTER, Refused, header
+from gateway.worker.door.asgi_http import RETRY_AFTER, header
+from gateway.worker.door.refusal import Refused
 
 CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
 MAX_CACHED_HOSTS = 64
@@ -85,8 +87,8 @@ class CardRoute:
     """`GET /.well-known/agent-card.json`, built once per Host header (the card names it) and
     kept for its max-age, with an ETag a client may revalidate with."""
 
-    def __init__(self, config: Config, control: ControlClient):
-        self.config, self.control = config, control
+    def __init__(self, config: Config, control: ControlClient, counters: Counters):
+        self.config, self.control, self.counters = config, control, counters
         self.cache: dict[str, tuple[bytes, str, str, float]] = {}
 
     async def _build(self, request: Request) -> bytes | Response:
@@ -95,7 +97,8 @@ class CardRoute:
         try:
             found = await self.control.call(Op.CARD)
         except (RpcError, ConnectionError) as exc:
-            return Refused(503, f"the upstream's agent card is not available: {exc}", [RETRY_AFTER]).response()
+            return Refused(503, f"the upstream's agent card is not available: {exc}", [RETRY_AFTER],
+                           counted=False).response(self.counters)
         return orjson.dumps(with_own_address(found, request.scope, self.config))
 
     async def respond(self, request: Request) -> Response:

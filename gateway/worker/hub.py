@@ -28,7 +28,7 @@ import socket
 import time
 
 from gateway import config, control_words, logs
-from gateway.control import ControlClient, Op
+from gateway.control import EVERY_TASK, ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.catchup import CatchUp
@@ -353,7 +353,7 @@ class Hub:
 
     async def _ending_of_lost_task(self, stream: Stream) -> bytes:
         try:
-            found = await self.control.call(Op.GET, id=stream.task.id)
+            found = await self.control.call(Op.GET, id=stream.task.id, **EVERY_TASK.params())
         except Exception:  # unreachable now: the next heartbeat asks again
             return b""
         return stream.ending_from(found["task"])

@@ -12,9 +12,9 @@ it, and only when a limit is set, so with every limit at 0 a request costs no ca
   once and without waiting for an answer. A limit a reload sets counts the streams opened
   after it.
 
-Every 429 is counted in murgw_requests_limited_total{limit=...}. `apply` takes a reload's
-settings. The client is `client_address.client_of` (trusted proxies), keyed by
-`client_key` (IPv4 /32, IPv6 /64).
+Every 429 is counted in murgw_requests_limited_total{limit=...}, as it is sent (`refuse`,
+door/refusal.py). `apply` takes a reload's settings. The client is
+`client_address.client_of` (trusted proxies), keyed by `client_key` (IPv4 /32, IPv6 /64).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 from gateway.config import Config, TokenRule
 from gateway.control import ControlClient, Op
-from gateway.metrics import Counters
 from gateway.worker.client_address import client_key, client_of
-from gateway.worker.door import RETRY_AFTER, Refused
+from gateway.worker.door.asgi_http import RETRY_AFTER
+from gateway.worker.door.refusal import Refused
 
 UNREACHABLE = "the sequencer is not reachable"
 
@@ -38,8 +38,8 @@ class Holding(NamedTuple):
 
 
 class ClientLimits:
-    def __init__(self, config: Config, control: ControlClient, counters: Counters):
-        self.control, self.counters = control, counters
+    def __init__(self, config: Config, control: ControlClient):
+        self.control = control
         self.apply(config)
 
     def apply(self, config: Config) -> None:
@@ -55,9 +55,9 @@ class ClientLimits:
     def _key(self, scope: dict) -> str:
         return client_key(self.client(scope))
 
-    def _limited(self, limit: str, detail: str, retry_after: int) -> Refused:
-        self.counters.add("requests_limited", label=limit)
-        return Refused(429, detail, [(b"retry-after", str(retry_after).encode())])
+    @staticmethod
+    def _limited(limit: str, detail: str, retry_after: int) -> Refused:
+        return Refused(429, detail, [(b"retry-after", str(retry_after).encode())], limit=limit)
 
     async def check_rate(self, scope: dict) -> None:
         """Raises Refused (429) when the client's bucket is empty."""

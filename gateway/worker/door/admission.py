@@ -1,0 +1,90 @@
+"""What every request passes before any route: the worker's open-request limit (503 +
+Retry-After) and the head limits (431); a WebSocket handshake is refused outright (403).
+
+The server bounds what it buffers of an unfinished head (hypercorn/serving.py); this checks
+the finished head, so a refusal can say which limit it was. Liveness and readiness probes
+count apart from the open requests, under a bound of their own (`PROBES_IN_FLIGHT`).
+"""
+
+from __future__ import annotations
+
+from gateway.config import Config
+from gateway.metrics import Counters
+from gateway.worker.access_log import AccessLog, NotingSend
+from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
+from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
+
+# Liveness and readiness: never refused for load, so they hold none of --max-connections'
+# places. Each is answered at once, so more than a few in flight on one worker is a flood
+# (clients that pipeline probes and never read the answers), bounded on its own.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+PROBES_IN_FLIGHT = 16
+NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
+
+
+class Admission:
+    """The ASGI app around the whole worker app: every request passes here first."""
+
+    def __init__(self, app, config: Config, counters: Counters, access: AccessLog, rpc=None):
+        self.app, self.config, self.counters, self.access = app, config, counters, access
+        # `POST /` skips Starlette's middleware and router (Starlette routes it to `rpc` and
+        # nothing else): an open stream then holds no frames or closures of theirs.
+        self.rpc = rpc
+        self.open = 0
+        self.probes = 0  # probes in flight, apart from `open` (PROBE_PATHS)
+
+    def _refusal(self, scope: dict) -> Refused | None:
+        headers = scope["headers"]
+        if len(headers) > self.config.max_headers:
+            return Refused(431, f"the request has more than {self.config.max_headers} header lines", [CLOSE])
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + sum(
+            len(name) + len(value) for name, value in headers)
+        if size > self.config.max_header_bytes:
+            return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
+        if scope["path"] in PROBE_PATHS:
+            if self.probes >= PROBES_IN_FLIGHT:
+                return Refused(503, f"this worker is answering {PROBES_IN_FLIGHT} probes already; retry shortly",
+                               [RETRY_AFTER, CLOSE])
+        elif self.open >= self.config.max_connections:
+            return Refused(503, "this worker is serving as many requests as it may; retry shortly",
+                           [RETRY_AFTER, CLOSE])
+        return None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        # The access log's line is written here, in this frame, when the request is over (an
+        # open stream keeps no other frame of its own for it).
+        exchange = self.access.begin(scope)
+        send = NotingSend(send, exchange)
+        try:
+            if scope["type"] == "websocket":
+                await refuse(send, NO_WEBSOCKET, self.counters, "websocket.")
+                return
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refuse(send, refusal, self.counters)
+                return
+            if scope["path"] in PROBE_PATHS:
+                self.probes += 1
+                try:
+                    await self.app(scope, receive, send)
+                finally:
+                    self.probes -= 1
+                return
+            self.open += 1
+            to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
+            try:
+                await (self.rpc if to_rpc else self.app)(scope, receive, send)
+            except Exception:
+                if to_rpc:  # as Starlette would (http_error), if the response has not started
+                    try:
+                        await refuse(send, INTERNAL_REFUSAL, self.counters)
+                    except Exception:
+                        pass  # it had: the server ends the connection
+                raise
+            finally:
+                self.open -= 1
+        finally:
+            self.access.end(exchange)

@@ -1,0 +1,37 @@
+"""The raw ASGI the door speaks: a request head's headers read, and a whole answer sent.
+
+`POST /` and the attachment endpoint are raw ASGI (app.py says why), so they read the
+head and send their answers here rather than through Starlette's Request and Response.
+"""
+
+from __future__ import annotations
+
+JSON_HEAD = [(b"content-type", b"application/json")]
+CLOSE = (b"connection", b"close")
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+RETRY_AFTER_SECONDS = 1
+RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
+
+
+def header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def header_values(scope: dict, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
+
+
+async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    """A JSON answer."""
+    await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
+
+
+async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),
+                        asgi: str = "") -> None:
+    """`asgi` "websocket." answers a WebSocket handshake (ASGI's denial response)."""
+    await send({"type": f"{asgi}http.response.start", "status": status,
+                "headers": [(b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": f"{asgi}http.response.body", "body": body})

@@ -1,0 +1,64 @@
+"""Who is asking: a bearer token's rule, and the `Caller` its scopes make.
+
+Tokens are kept only as sha256 and compared in constant time; a token's `name` owns the
+tasks it creates, so a rotated token keeps them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from gateway.config import Config, TokenRule
+from gateway.control import EVERY_TASK, Caller
+from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.door.refusal import Refused
+
+
+class Door:
+    """`[network.authentication]`: bearer tokens kept as sha256, compared in constant time.
+
+    Two steps, because the first needs only the request head: `authenticate` finds the token's
+    rule (401 when there is none), `authorize` checks its scope for the method (403). A task
+    belongs to the name of the rule whose token created it.
+    """
+
+    def __init__(self, config: Config):
+        self.rules = config.tokens
+
+    @property
+    def public(self) -> bool:
+        return not self.rules
+
+    def authenticate(self, authorization: str | None) -> TokenRule | None:
+        """The rule the bearer token matches; None on a public door."""
+        if self.public:
+            return None
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refused(401, "this door requires Authorization: Bearer <token>",
+                          [(b"www-authenticate", b"Bearer")])
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        match = None
+        for rule in self.rules:  # every rule is compared, so timing says nothing of which
+            if hmac.compare_digest(rule.sha256, digest):
+                match = rule
+        if match is None:
+            raise Refused(401, "the bearer token is not valid for this door",
+                          [(b"www-authenticate", b'Bearer error="invalid_token"')])
+        return match
+
+    def authorize(self, rule: TokenRule | None, method: str) -> Caller:
+        """The caller `rule` makes for `method` (a public door's sees every task); 403 when
+        its token lacks the method's scope."""
+        if rule is None:
+            return EVERY_TASK
+        if "*" not in rule.scopes and method not in rule.scopes:
+            raise Refused(403, f"the token does not hold the {method} scope")
+        return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
+
+    def still_admits(self, rule: TokenRule, method: str) -> bool:
+        """Whether the token behind `rule` (a stream opened under it) still holds `method`'s
+        scope in the rules now in force (a reload may have replaced them)."""
+        now = next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
+        return now is not None and ("*" in now.scopes or method in now.scopes)

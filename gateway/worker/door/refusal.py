@@ -1,0 +1,65 @@
+"""A refusal, and the one way every refusal leaves the gateway: `refuse`, count then send.
+
+A `Refused` is an HTTP status and problem details (problem.py) saying why. Where it counts
+is decided when it is made: a door refusal in murgw_requests_refused_total{reason} (the
+reasons are problem.py's `REFUSAL_REASONS`), a per-client or per-token limit's 429 in
+murgw_requests_limited_total{limit} (limits.py), and the gateway's own trouble (an
+unreachable sequencer or upstream, made with `counted=False`) or a 500 nowhere. `refuse`
+counts it as it is sent, over raw ASGI; `response` hands the same refusal to Starlette (a
+route's handler, the error handler), sent by `refuse` too.
+"""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from gateway.metrics import Counters
+from gateway.worker.door.asgi_http import respond_bytes
+from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, problem_body
+
+
+class Refused(Exception):
+    """A refusal: its HTTP status, why (problem details), its headers, and the counter and
+    label it counts under (None: not counted)."""
+
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
+                 counted: bool = True, limit: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, list(headers)
+        if limit is not None:
+            self.counter = ("requests_limited", limit)
+        elif counted and status in REFUSAL_REASONS:
+            self.counter = ("requests_refused", REFUSAL_REASONS[status])
+        else:
+            self.counter = None
+
+    @property
+    def body(self) -> bytes:
+        return problem_body(self.status, self.message)
+
+    def response(self, counters: Counters) -> Response:
+        """The same refusal as a Starlette response, for a route's handler: `refuse` sends it."""
+        return RefusalResponse(self, counters)
+
+
+async def refuse(send, refusal: Refused, counters: Counters, asgi: str = "") -> None:
+    """Count, then send: how every refusal leaves. `asgi` "websocket." refuses a WebSocket
+    handshake (ASGI's denial response)."""
+    if refusal.counter is not None:
+        counters.add(refusal.counter[0], label=refusal.counter[1])
+    await respond_bytes(send, refusal.status, refusal.body, [*PROBLEM_HEAD, *refusal.headers], asgi)
+
+
+class RefusalResponse(Response):
+    """A refusal handed to Starlette; sent (and counted) by `refuse`, not by Starlette."""
+
+    def __init__(self, refusal: Refused, counters: Counters):
+        super().__init__(refusal.body, refusal.status, {k.decode(): v.decode() for k, v in refusal.headers},
+                         media_type=PROBLEM_TYPE)
+        self.refusal, self.counters = refusal, counters
+
+    async def __call__(self, scope, receive, send) -> None:
+        await refuse(send, self.refusal, self.counters)
+
+
+INTERNAL_REFUSAL = Refused(500, "internal error")

@@ -1,0 +1,45 @@
+"""What a JSON-RPC request on `POST /` must be, as pure functions of its head or body.
+
+`app.py` applies them in the order its docstring gives; each answers why a request fails
+(or whether it does), and the caller turns that into the refusal or JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+
+def is_json_content_type(value: str | None) -> bool:
+    if not value:
+        return False
+    media = value.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def rpc_id_problem(rpc_id: object, max_chars: int) -> str | None:
+    """Why `rpc_id` is not an id this door answers to; None when it is one."""
+    if rpc_id is None or isinstance(rpc_id, bool) or not isinstance(rpc_id, (str, int)):
+        return "the request id must be a string or an integer"
+    if isinstance(rpc_id, int) and not -(1 << 63) <= rpc_id < 1 << 64:
+        return "the request id is out of range"
+    if isinstance(rpc_id, str) and len(rpc_id) > max_chars:
+        return f"the request id is longer than {max_chars} characters"
+    return None
+
+
+def rpc_id_of(request: object, max_chars: int):
+    """The id an error answer echoes: the request's, when it is a valid one, else null."""
+    if isinstance(request, dict) and rpc_id_problem(request.get("id"), max_chars) is None:
+        return request["id"]
+    return None
+
+
+def nests_deeper(value: object, limit: int) -> bool:
+    """Whether arrays and objects in `value` nest more than `limit` levels (`{}` is one)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
+    return False
