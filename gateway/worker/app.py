@@ -42,17 +42,17 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
-from gateway.protocol.replay import parse_last_event_id, plan_replay
+from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
 from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute, agent_card, with_own_address
 from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header, header_values,
                                  http_error_handler, is_json_content_type, nests_deeper, respond,
                                  rpc_id_of, rpc_id_problem)
-from gateway.worker.hub import Hub
+from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits, Holding
 from gateway.worker.sink import Sink
-from gateway.worker.stream import Stream, TaskView
+from gateway.worker.stream import TaskView
 from gateway.worker.watch_page import routes as watch_page_routes
 
 # A2A's push-notification config methods: this door declares pushNotifications false.
@@ -78,7 +78,7 @@ class RpcEndpoint:
         self.limits = ClientLimits(config, control, counters)
         # Each open stream that a limit counts or a token let in: a reload ends the ones whose
         # token it removed (reload.py), and each gives its places back when it ends.
-        self.holds: dict[Stream, tuple[TokenRule | None, Holding | None]] = {}
+        self.holds: dict[Served, tuple[TokenRule | None, Holding | None]] = {}
         self.conversation_mode = config.lifecycle.conversation
 
     async def _read_body(self, scope: dict, receive, keep: bool = True) -> bytes | None:
@@ -130,25 +130,25 @@ class RpcEndpoint:
                 return
             if not body.strip():
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
-            stream = await self._dispatch(scope, receive, send, body, rule, exchange)
+            served = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
             await refusal.answer(send, self.counters)
             return
-        if stream is not None:
+        if served is not None:
             # Served from here, not from inside `_dispatch`: while it is open, nothing of the
             # request (body, parsed JSON, params, the opening's parts, those coroutine frames)
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
-            self.access.stream_opened(exchange, stream)
+            self.access.stream_opened(exchange, served)
             try:
-                exchange.ended = await self.hub.serve(stream, self.sink_for(server_send(send), receive))
+                exchange.ended = await self.hub.serve(served, self.sink_for(server_send(send), receive))
             finally:
-                _rule, holding = self.holds.pop(stream, (None, None))
+                _rule, holding = self.holds.pop(served, (None, None))
                 self.limits.release(holding)
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
-                        exchange: Exchange) -> Stream | None:
+                        exchange: Exchange) -> Served | None:
         """Answer the request, or open its stream and hand it back for `__call__` to serve."""
         try:
             request = orjson.loads(body)
@@ -229,30 +229,26 @@ class RpcEndpoint:
     def _conversation(self) -> str:
         """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
         if self.config.upstream:
-            return "threaded" if self.hub.ring.control[control_words.UPSTREAM_THREADED] else "stateless"
+            return "threaded" if self.hub.upstream_threaded else "stateless"
         return self.conversation_mode
 
-    def _replay_plan(self, scope: dict, watch: bool):
-        return plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
-                           oldest=self.hub.oldest, next_id=self.hub.next_id)
-
     async def _held_stream(self, scope, receive, send, method: str, rpc_id, params: dict,
-                           caller: Caller, rule: TokenRule | None) -> Stream | None:
+                           caller: Caller, rule: TokenRule | None) -> Served | None:
         """`_stream`, once the limits gave it a place (429 else); the place is given back
         at once when no stream opens."""
         holding = await self.limits.hold_stream(scope, rule)
-        stream = None
+        served = None
         try:
-            stream = await self._stream(scope, receive, send, method, rpc_id, params, caller)
+            served = await self._stream(scope, receive, send, method, rpc_id, params, caller)
         finally:
-            if stream is None:
+            if served is None:
                 self.limits.release(holding)
             elif rule is not None or holding is not None:
-                self.holds[stream] = (rule, holding)
-        return stream
+                self.holds[served] = (rule, holding)
+        return served
 
     async def _stream(self, scope, receive, send, method: str, rpc_id, params: dict,
-                      caller: Caller) -> Stream | None:
+                      caller: Caller) -> Served | None:
         """Open the stream (its head sent, its opening ready in `stream.opening`), or answer a
         rejected task and return None."""
         # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
@@ -262,13 +258,13 @@ class RpcEndpoint:
         activated = activation.connection_activated(method, ext_values)
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
             params.get("message") if isinstance(params.get("message"), dict) else {})
-        self.hub.sync()
-        noted = self.hub.head  # noted before the task is read, so no event is lost in between
-        parts: list[bytes] = []
+        since = self.hub.reading_point()  # before the task is read, so no event is lost in between
         if method == WATCH_SESSION:
-            stream = Stream(endpoint=method, rpc_id_json=rpc_id_json)
-            parts.append(stream.connection_frame(events.connection_ack_frame(self._conversation())))
-            self._open_replay(stream, scope, parts, noted, watch=True)
+            plan = self._replay_plan(scope, watch=True)
+            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                          rpc_id_json=rpc_id_json)
+            stream = served.stream
+            head = stream.connection_frame(events.connection_ack_frame(self._conversation()))
         else:
             who = caller.params()
             if method == SEND_STREAMING_MESSAGE:
@@ -285,30 +281,25 @@ class RpcEndpoint:
             else:
                 answer = await self.control.call(Op.SUBSCRIBE, id=params.get("id"), **who)
             task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
-            stream = Stream(endpoint=method, rpc_id_json=rpc_id_json, task=task, activated=activated)
-            parts.append(stream.unnumbered(events.task_event(answer["task"])))
-            self._open_replay(stream, scope, parts, noted, watch=False)
+            plan = self._replay_plan(scope, watch=False)
+            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                          rpc_id_json=rpc_id_json, task=task, activated=activated)
+            stream = served.stream
+            head = stream.unnumbered(events.task_event(answer["task"]))
+        # The replay's events are not copied here: the hub writes them from the window a
+        # piece at a time (stream.py, catchup.py); the opening holds its gap frame alone.
+        gap = plan.gap is not None and stream.activated
+        stream.opening = head + stream.connection_frame(events.gap_frame(plan.gap)) if gap else head
         await self._start(send, method, activated, door_used)
-        stream.opening = b"".join(parts)
-        return stream
+        return served
 
-    def _open_replay(self, stream: Stream, scope: dict, parts: list[bytes], noted: int,
-                     watch: bool) -> None:
-        """The replay's gap frame into the opening, and the stream's cursor where its replay
-        (or, with none, its live events) begins. The replay's events are not copied here: the
-        hub writes them from the window a piece at a time (stream.py, catchup.py)."""
-        plan = self._replay_plan(scope, watch)
-        stream.cursor = noted
-        if plan.after is None:
-            self.counters.add("replays", label="none")
-            return
-        if plan.gap is not None:
-            self.counters.add("replays", label="gap")
-            if stream.activated:
-                parts.append(stream.connection_frame(events.gap_frame(plan.gap)))
-        else:
-            self.counters.add("replays", label="replayed")
-        stream.start_replay(self.hub.window, plan.after)
+    def _replay_plan(self, scope: dict, watch: bool) -> ReplayPlan:
+        """What the stream replays (`Last-Event-ID`), counted by its outcome."""
+        plan = plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
+                           oldest=self.hub.oldest, next_id=self.hub.next_id)
+        self.counters.add("replays", label="none" if plan.after is None else
+                          "gap" if plan.gap is not None else "replayed")
+        return plan
 
     async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
         headers = list(STREAM_HEAD)
