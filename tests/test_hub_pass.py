@@ -397,7 +397,7 @@ class TurnSink(FakeSink):
 
 
 async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Served:
-    """A watcher whose request was read now, with Last-Event-ID `after` (as app.py opens it)."""
+    """A watcher whose request was read now, with Last-Event-ID `after` (as opening.py opens it)."""
     served = bench.hub.open_stream(since=bench.hub.reading_point(), replay_after=after,
                                    endpoint=WATCH_SESSION, rpc_id_json=b"1")
     await bench.open(served, sink)

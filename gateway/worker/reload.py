@@ -29,7 +29,7 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
     config = Config.from_dict({**config.to_dict(), **settings})
     rpc.door.rules = config.tokens
     rpc.limits.apply(config)
-    revoked = [served for served, (rule, _holding) in rpc.holds.items()
+    revoked = [served for served, (rule, _holding) in rpc.openings.holds.items()
                if rule is not None and not rpc.door.still_admits(rule, served.stream.endpoint)]
     for served in revoked:
         hub.end_stream(served)
