@@ -404,7 +404,8 @@ class Hub:
                 if state is ENDING:
                     break
                 if state is BLOCKED:
-                    await sink.drain()
+                    if sink.blocked:  # it may have drained already, before the coroutine ran
+                        await sink.drain()
                     if stream.state is BLOCKED:  # not ended meanwhile
                         stream.move(DRAINED)
                 elif state is CHECKING:
