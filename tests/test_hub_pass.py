@@ -19,7 +19,7 @@ from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.parser import SSEParser, read_stream_response
-from gateway.worker.hub import Hub
+from gateway.worker.hub import Hub, Served
 from gateway.worker.stream import Stream, TaskView
 from gateway.worker.window import PIECE_BYTES
 from shm import Ring
@@ -153,11 +153,11 @@ class Bench:
         self.write(TASK_KEY, records.status_meta(state),
                    events.status_update("tsk_h", "ctx_h", {"state": state, "timestamp": "t"}))
 
-    async def open(self, stream: Stream, sink: FakeSink) -> asyncio.Task:
-        task = asyncio.create_task(self.hub.serve(stream, sink))
+    async def open(self, served: Served, sink: FakeSink) -> asyncio.Task:
+        task = asyncio.create_task(self.hub.serve(served, sink))
         for _ in range(100):
             await asyncio.sleep(0)
-            if stream.waiter is not None:
+            if served.waiter is not None:
                 return task
         raise AssertionError("the stream never parked")
 
@@ -167,13 +167,13 @@ class Bench:
             sock.close()
 
 
-def watcher() -> Stream:
-    return Stream(endpoint=WATCH_SESSION, rpc_id_json=b"1")
+def watcher() -> Served:
+    return Served(Stream(endpoint=WATCH_SESSION, rpc_id_json=b"1"))
 
 
-def subscriber(activated: bool = True) -> Stream:
-    return Stream(endpoint=SUBSCRIBE_TO_TASK, rpc_id_json=b"1", activated=activated,
-                  task=TaskView(TASK, TASK_KEY, ends_on_input=False))
+def subscriber(activated: bool = True) -> Served:
+    return Served(Stream(endpoint=SUBSCRIBE_TO_TASK, rpc_id_json=b"1", activated=activated,
+                         task=TaskView(TASK, TASK_KEY, ends_on_input=False)))
 
 
 def run(ring: Ring, scenario, runner=asyncio.run, **bench_args):
@@ -296,7 +296,7 @@ def test_a_client_that_leaves_ends_its_stream_without_an_end(ring):
         await task
         assert not sink.ended and sink.released and stream.sink is None
         assert bench.counters.total("connections_open")[WATCH_SESSION] == 0
-        assert bench.hub.open_streams == 0 and not bench.hub.watchers
+        assert not bench.hub.watchers and not bench.hub.all_streams()
     run(ring, scenario)
 
 
@@ -313,7 +313,7 @@ def test_a_write_that_finds_the_client_gone_ends_the_stream_at_once(ring):
         bench.frames(1)
         bench.hub.sync()
         await asyncio.wait_for(task, 10)  # no further write or heartbeat needed
-        assert sink.ids() == [1] and not sink.ended and bench.hub.open_streams == 0
+        assert sink.ids() == [1] and not sink.ended and not bench.hub.all_streams()
     run(ring, scenario)
 
 
@@ -323,7 +323,7 @@ def test_a_task_stream_ends_with_its_task_and_ignores_other_tasks(ring):
         task = await bench.open(stream, sink)
         bench.frames(3, key=99)
         bench.hub.sync()
-        assert sink.writes == [] and stream.cursor == 3  # others' events: not behind
+        assert sink.writes == [] and stream.stream.cursor == 3  # others' events: not behind
         bench.frames(1)
         bench.status(states.COMPLETED)
         bench.frames(1)
@@ -343,7 +343,7 @@ def test_a_lost_task_stream_asks_for_its_task_at_a_heartbeat_and_ends_as_found(r
         task = await bench.open(stream, sink)
         bench.frames(200)  # past the lag limit: it loses 72, and its ending may be among them
         bench.hub.sync()
-        assert len(sink.ids()) == 1 + 128 and stream.lost
+        assert len(sink.ids()) == 1 + 128 and stream.stream.lost
         await asyncio.wait_for(task, 10)  # the next heartbeat looks the task up
         assert bench.control.asked == [(Op.GET, {"id": "tsk_h", "owner": None, "sees_all": True})]
         body = b"".join(sink.writes[1:])
@@ -396,16 +396,15 @@ class TurnSink(FakeSink):
         return super().write(body)
 
 
-async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Stream:
-    """A watcher whose request was read now, with Last-Event-ID `after` (as app.py opens it)."""
-    stream = watcher()
-    bench.hub.sync()
-    stream.start_replay(bench.hub.window, after)
-    await bench.open(stream, sink)
-    return stream
+async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Served:
+    """A watcher whose request was read now, with Last-Event-ID `after` (as opening.py opens it)."""
+    served = bench.hub.open_stream(since=bench.hub.reading_point(), replay_after=after,
+                                   endpoint=WATCH_SESSION, rpc_id_json=b"1")
+    await bench.open(served, sink)
+    return served
 
 
-async def blocked_mid_replay(bench: Bench) -> tuple[Stream, FakeSink]:
+async def blocked_mid_replay(bench: Bench) -> tuple[Served, FakeSink]:
     """A full ring's replay whose first piece filled the transport: its coroutine drains."""
     bench.frames(512, text=PAD)
     sink = FakeSink()
@@ -432,7 +431,7 @@ def test_a_storm_of_replays_is_written_a_bounded_piece_per_stream_per_turn(ring)
             await open_replaying(bench, sink)
         await until(lambda: all(len(sink.ids()) == 512 for sink in sinks))
         turns.stop()
-        event_size = len(bench.hub.window.entry(1).wire(watcher().prefix, False))
+        event_size = len(bench.hub.window.entry(1).wire(watcher().stream.prefix, False))
         for sink in sinks:
             assert sink.ids() == list(range(1, 513))  # each event once, in order
             assert len(sink.writes) > 1 and all(len(w) < PIECE_BYTES + event_size for w in sink.writes)
@@ -447,7 +446,7 @@ def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
         stream, sink = await blocked_mid_replay(bench)
         for _ in range(20):
             await asyncio.sleep(0)  # FakeSink fails any write while blocked
-        assert len(sink.writes) == 1 and stream.replaying
+        assert len(sink.writes) == 1 and stream.stream.replaying
         sink.block = False
         sink.released_drain.set()
         await until(lambda: len(sink.ids()) == 512)
@@ -482,7 +481,7 @@ def test_a_queued_replays_heartbeat_does_not_wait_for_its_turn(ring):
         assert stream.queued and sink.writes == []  # its first piece waits for the catch-up run
         bench.hub.heartbeats._on_due(stream, 0.0)  # what the heap does when it comes due
         assert sink.writes == [sse.HEARTBEAT]
-        await until(lambda: not stream.behind(bench.hub.window))
+        await until(lambda: not stream.stream.behind(bench.hub.window))
         assert sink.ids() == [None, *range(1, 513)]  # the heartbeat first, then the whole replay
         bench.hub.close_all()
     run(ring, scenario)

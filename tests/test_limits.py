@@ -1,7 +1,7 @@
 """Every limit of the door, end to end over raw sockets: each answered with its status and body.
 
 The limits and what each defends are in SECURITY.md; the order of checks in
-gateway/worker/app.py. `exchange` sends raw bytes and reads the answer with h11 (a client that
+gateway/worker/dispatch.py. `exchange` sends raw bytes and reads the answer with h11 (a client that
 refuses malformed HTTP), so the fuzz suite uses it too.
 """
 

@@ -38,7 +38,7 @@ from gateway import logs
 from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
 
 if TYPE_CHECKING:
-    from gateway.worker.stream import Stream
+    from gateway.worker.hub import Served
 
 SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
 MAX_PATH_CHARS = 200
@@ -70,7 +70,7 @@ class Exchange:
         self.method: str | None = None
         self.code: int | None = None
         self.caller: str | None = None
-        self.stream: Stream | None = None
+        self.stream: Served | None = None  # the hub's record of the stream it opened
         self.ended: str | None = None
 
     def fields(self) -> dict:
@@ -115,17 +115,17 @@ class AccessLog:
         exchange = scope[SCOPE_KEY] = Exchange(scope, self.client_of(scope))
         return exchange
 
-    def stream_opened(self, exchange: Exchange, stream: Stream) -> None:
-        exchange.stream = stream
+    def stream_opened(self, exchange: Exchange, served: Served) -> None:
+        exchange.stream = served
         self._write("stream open", exchange)
 
     def end(self, exchange: Exchange) -> None:
-        stream = exchange.stream
-        if stream is None:
+        served = exchange.stream
+        if served is None:
             self._write("request", exchange, duration_s=_since(exchange.started))
         else:
             self._write("stream end", exchange, duration_s=_since(exchange.started),
-                        events=stream.events_sent, bytes=stream.bytes_sent,
+                        events=served.stream.events_sent, bytes=served.bytes_sent,
                         reason=exchange.ended or "aborted")
 
     def _write(self, event: str, exchange: Exchange, **extra) -> None:

@@ -2,14 +2,17 @@
 
 The pump copies each new ring record once into the window (window.py) when the sequencer
 wakes the worker, then makes one pass over the streams the new events concern: each parked
-stream gathers its body (stream.py) and the hub hands it to the stream's sink (sink.py), in
-the pass itself, with no coroutine switch. A stream's coroutine (`serve`) runs only for what
-needs an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind
-after a write (a replay, a catch-up past one piece) is written its next piece by the
-catch-up queue (catchup.py), one piece per stream per turn of the loop; the pass leaves a
-queued replay to that queue and writes only its heartbeat. Every delivery metric
-is counted here, once per pass: shared batches once per batch, each stream's own walk from
-what it noted.
+stream gathers its delivery (stream.py) and the hub hands its body to the stream's sink
+(sink.py), in the pass itself, with no coroutine switch. The stream holds no I/O: the hub
+keeps each one's sink, parked coroutine, place in the catch-up queue and due heartbeat in a
+record of its own (`Served`), and moves the stream through its states (stream.py's table)
+as its deliveries and its sink say. A stream's coroutine (`serve`) runs only for what needs
+an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind after
+a write (a replay, a catch-up past one piece) is written its next piece by the catch-up queue
+(catchup.py), one piece per stream per turn of the loop; the pass leaves a queued replay to
+that queue and writes only its heartbeat. Every delivery metric is counted here: each
+stream's own walk from the notes its delivery returns, shared batches once per batch and
+pass (`Window.taken`).
 
 Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
 beat word as it writes (every PROGRESS_STREAMS streams of a pass, each catch-up run, each
@@ -35,7 +38,8 @@ from gateway.worker.catchup import CatchUp
 from gateway.worker.coalesce import next_delay
 from gateway.worker.heartbeats import Heartbeats
 from gateway.worker.sink import Sink
-from gateway.worker.stream import Stream
+from gateway.worker.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, FULL, GOES_ON, OPENED,
+                                   OPENING, PARKED, Delivery, Noted, Stream)
 from gateway.worker.window import Window
 from shm import Ring
 
@@ -55,10 +59,9 @@ class Hub:
         self.index = index
         self.window = Window(ring.slots)
         self.epoch = ring.epoch
-        self.open_streams = 0
-        self.watchers: set[Stream] = set()
-        self.task_streams: dict[int, set[Stream]] = {}
-        self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
+        self.watchers: set[Served] = set()
+        self.task_streams: set[Served] = set()
+        self.heartbeats: Heartbeats[Served] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
         self._beat_slot = control_words.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
@@ -175,10 +178,10 @@ class Hub:
     def _new_session(self, epoch: int) -> None:
         self.window.clear()
         self.epoch = epoch
-        for stream in self.all_streams():
-            stream.session_changed = True
-            if self._write(stream):
-                self.counters.add("sends", label=stream.endpoint)
+        for served in self.all_streams():
+            served.stream.new_session()
+            if self._write(served):
+                self.counters.add("sends", label=served.stream.endpoint)
 
     # --- the pass ---
 
@@ -189,55 +192,55 @@ class Hub:
     def _pass(self, keys: set[int]) -> None:
         everyone = self.window.closing or self.window.session_closed_at
         sends = 0
-        for count, stream in enumerate(self.watchers, 1):
-            sends += self._write(stream)
+        for count, served in enumerate(self.watchers, 1):
+            sends += self._write(served)
             if not count % PROGRESS_STREAMS:
                 self._progress()
         if sends:
             self.counters.add("sends", sends, WATCH_SESSION)
         head = self.window.head
-        for key, streams in self.task_streams.items():
-            if everyone or key in keys:
-                for stream in streams:
-                    if self._write(stream):
-                        self.counters.add("sends", label=stream.endpoint)
-            else:  # other tasks' events: a parked task stream not queued is not behind
-                for stream in streams:
-                    if stream.waiter is not None and not stream.waiter.done() and not stream.queued:
-                        stream.cursor = head
+        for served in self.task_streams:
+            # A parked task stream not queued had consumed every event before this pass: the
+            # stream's filter says whether any of the new ones can be its (`Stream.pass_over`).
+            if not everyone and served.parked and not served.queued and served.stream.pass_over(keys, head):
+                continue
+            if self._write(served):
+                self.counters.add("sends", label=served.stream.endpoint)
         self._count_batches()
 
-    def _write(self, stream: Stream) -> int:
+    def _write(self, served: Served) -> int:
         """A parked stream's write in the pass or the catch-up queue: 1 when it wrote. A
         queued replay waits for its turn there (so a pass never writes a storm's replays
-        at once); its heartbeat does not, and live events do not. Still behind
-        after the write, and under the high-water mark: it queues for its next piece.
-        Whatever needs an await (a blocked sink, a task lookup, the end) resumes its
-        coroutine instead."""
-        waiter = stream.waiter
+        at once); its heartbeat does not, and live events do not. Still parked and behind
+        after the write: it queues for its next piece. Whatever needs an await (a full
+        sink, a task lookup, the end) resumes its coroutine instead."""
+        waiter = served.waiter
         if waiter is None or waiter.done():
             return 0  # running: its coroutine looks for work before it parks again
-        sink = stream.sink
-        if self.window.closing or stream.check_due or sink.closed:
+        sink = served.sink
+        if self.window.closing or sink.closed:
             waiter.set_result(None)
             return 0
-        body = stream.gather(self.window, events_too=not (stream.queued and stream.replaying))
-        if stream.noted is not None:
-            self._count_noted(stream)
-        if not body:
-            if stream.ended or stream.check_due:
-                waiter.set_result(None)
-            return 0
-        stream.bytes_sent += len(body)
-        if not sink.write(body) or stream.ended or stream.check_due:
+        stream, due = served.stream, served.beat_due
+        if due is not None:
+            served.beat_due = None
+        body, happened, noted = stream.gather(self.window, due, not (served.queued and stream.replaying))
+        if noted is not None:
+            self._count_noted(stream.endpoint, noted)
+        if body:
+            served.bytes_sent += len(body)
+            if not sink.write(body) and happened is None:
+                happened = FULL
+        if happened is not None:
+            stream.move(happened)
             waiter.set_result(None)
-        elif stream.behind(self.window):
-            self.catch_up.add(stream)
-        return 1
+        elif body and stream.behind(self.window):
+            self.catch_up.add(served)
+        return 1 if body else 0
 
-    def _catch_up_write(self, stream: Stream) -> int:
-        if self._write(stream):
-            self.counters.add("sends", label=stream.endpoint)
+    def _catch_up_write(self, served: Served) -> int:
+        if self._write(served):
+            self.counters.add("sends", label=served.stream.endpoint)
             return 1
         return 0
 
@@ -246,10 +249,9 @@ class Hub:
         if written:
             self._progress()
 
-    def _count_noted(self, stream: Stream) -> None:
-        """What a stream noted of its own walk (not a shared batch), counted and dropped."""
-        counters, label = self.counters, stream.endpoint
-        noted, stream.noted = stream.noted, None
+    def _count_noted(self, label: str, noted: Noted) -> None:
+        """What a stream's step noted of its own walk or heartbeat (not a shared batch)."""
+        counters = self.counters
         if noted.lag >= 0:
             counters.observe("reader_lag_events", noted.lag, label)
             counters.add("events_delivered", noted.delivered, label)
@@ -265,85 +267,106 @@ class Hub:
     def _count_batches(self) -> None:
         """The metrics of every watcher that took a shared batch since the last count."""
         counters = self.counters
-        for batch in self.window.taken_batches():
-            counters.add("events_delivered", batch.events * batch.takers, WATCH_SESSION)
-            counters.observe("reader_lag_events", batch.lag, WATCH_SESSION, batch.takers)
-            batch.takers = 0
+        for events, lag, takers in self.window.taken():
+            counters.add("events_delivered", events * takers, WATCH_SESSION)
+            counters.observe("reader_lag_events", lag, WATCH_SESSION, takers)
 
-    def _heartbeat_due(self, stream: Stream, due: float) -> bool:
-        if stream.sink is None:
+    def _heartbeat_due(self, served: Served, due: float) -> bool:
+        if served.sink is None:
             return False  # closed: dropped from the heap
-        stream.heartbeat_due = due
-        if self._write(stream):
-            self.counters.add("sends", label=stream.endpoint)
+        served.beat_due = due
+        if self._write(served):
+            self.counters.add("sends", label=served.stream.endpoint)
         return True
 
     # --- streams ---
 
-    def all_streams(self) -> list[Stream]:
-        return list(self.watchers) + [s for group in self.task_streams.values() for s in group]
+    def reading_point(self) -> int:
+        """Copy what the ring holds now, and answer its head: a stream opened `since` it loses
+        nothing written while its opening is read (app notes it before it reads the task)."""
+        self.sync()
+        return self.window.head
 
-    def _add(self, stream: Stream) -> None:
-        self.open_streams += 1
-        if stream.task is None:
-            self.watchers.add(stream)
-        else:
-            self.task_streams.setdefault(stream.task.key, set()).add(stream)
-        self.heartbeats.add(stream)
-        self.counters.add("connections_open", label=stream.endpoint)
-        self.counters.add("connections", label=stream.endpoint)
+    @property
+    def upstream_threaded(self) -> bool:
+        """The upstream's ack said its conversation is threaded (upstream mode)."""
+        return bool(self.ring.control[control_words.UPSTREAM_THREADED])
 
-    def _remove(self, stream: Stream) -> None:
-        self.open_streams -= 1
-        if stream.task is None:
-            self.watchers.discard(stream)
-        else:
-            group = self.task_streams.get(stream.task.key)
-            if group is not None:
-                group.discard(stream)
-                if not group:
-                    del self.task_streams[stream.task.key]
-        self.counters.sub("connections_open", label=stream.endpoint)
+    def open_stream(self, *, since: int, replay_after: int | None, **stream) -> Served:
+        """A stream whose live events follow `since` (`reading_point`), and, when
+        `replay_after` is a number, whose replay is the window's events after it up to the
+        head now (`Stream.start_replay`). It is served once its opening is set (`serve`)."""
+        opened = Stream(cursor=since, **stream)
+        if replay_after is not None:
+            opened.start_replay(self.window, replay_after)
+        return Served(opened)
+
+    def all_streams(self) -> list[Served]:
+        return [*self.watchers, *self.task_streams]
+
+    def _add(self, served: Served) -> None:
+        (self.watchers if served.stream.task is None else self.task_streams).add(served)
+        self.heartbeats.add(served)
+        endpoint = served.stream.endpoint
+        self.counters.add("connections_open", label=endpoint)
+        self.counters.add("connections", label=endpoint)
+
+    def _remove(self, served: Served) -> None:
+        (self.watchers if served.stream.task is None else self.task_streams).discard(served)
+        self.counters.sub("connections_open", label=served.stream.endpoint)
 
     def close_all(self) -> None:
         self.window.closing = True
-        for stream in self.all_streams():
-            stream.poke()
+        for served in self.all_streams():
+            served.poke()
 
-    def end_stream(self, stream: Stream) -> None:
-        """End `stream` where it stands (a reload revoked its token, worker/reload.py): after
-        the whole events already written, with no frame of its own. Its coroutine sees
-        `ended` before it gathers again; a parked one is resumed to see it now. One waiting for
+    def end_stream(self, served: Served) -> None:
+        """End the stream where it stands (a reload revoked its token, worker/reload.py): after
+        the whole events already written, with no frame of its own. Its coroutine sees it
+        ENDING before it gathers again; a parked one is resumed to see it now. One waiting for
         a reader that stopped reading would wait as long as that reader: still open a heartbeat
         interval later, its connection is cut (DECISIONS: it ends within one interval)."""
-        stream.ended = stream.revoked = True
-        stream.poke()
-        if stream.sink is not None and stream.sink.blocked:
-            asyncio.get_running_loop().call_later(self.heartbeats.interval, self._cut_off, stream)
+        served.stream.move(END)
+        served.revoked = True
+        served.poke()
+        if served.sink is not None and served.sink.blocked:
+            asyncio.get_running_loop().call_later(self.heartbeats.interval, self._cut_off, served)
 
     @staticmethod
-    def _cut_off(stream: Stream) -> None:
-        sink = stream.sink  # None once its coroutine ended and let the connection go
+    def _cut_off(served: Served) -> None:
+        sink = served.sink  # None once its coroutine ended and let the connection go
         if sink is not None and not sink.closed:
             sink.abort()
 
-    def _own_write(self, stream: Stream, body: bytes) -> None:
-        """A write from the stream's coroutine (not the pass)."""
-        if stream.noted is not None:
-            self._count_noted(stream)
-        if body and not stream.sink.closed:
-            stream.bytes_sent += len(body)
-            stream.sink.write(body)
-            self.counters.add("sends", label=stream.endpoint)
+    def _own_write(self, served: Served, body: bytes) -> bool:
+        """A write from the stream's coroutine (not the pass); False when the sink is full."""
+        sink = served.sink
+        if not body or sink.closed:
+            return True
+        served.bytes_sent += len(body)
+        self.counters.add("sends", label=served.stream.endpoint)
+        return sink.write(body)
 
-    def _why_ended(self, stream: Stream, sink: Sink) -> str:
+    def _own_delivery(self, served: Served, delivery: Delivery) -> None:
+        """A step's delivery from the stream's coroutine: written, counted, and the stream
+        moved as it says (FULL when the sink took it and is full, and nothing else happened)."""
+        body, happened, noted = delivery
+        stream = served.stream
+        if noted is not None:
+            self._count_noted(stream.endpoint, noted)
+        if not self._own_write(served, body) and happened is None:
+            happened = FULL
+        if happened is not None:
+            stream.move(happened)
+
+    def _why_ended(self, served: Served) -> str:
         """The access log's `reason` (access_log.py) for a stream whose loop is over."""
-        window = self.window
+        window, stream = self.window, served.stream
         if window.closing:
             return "drain"
-        if stream.revoked:  # its connection may have been cut for it (`_cut_off`)
+        if served.revoked:  # its connection may have been cut for it (`_cut_off`)
             return "revoked"
-        if sink.closed:
+        if served.sink.closed:
             return "client_left"
         if stream.session_changed:
             return "session_changed"
@@ -351,51 +374,95 @@ class Hub:
             return "session_closed"
         return "task_ended"
 
-    async def _ending_of_lost_task(self, stream: Stream) -> bytes:
+    async def _ending_of_lost_task(self, stream: Stream) -> Delivery:
         try:
             found = await self.control.call(Op.GET, id=stream.task.id, **EVERY_TASK.params())
         except Exception:  # unreachable now: the next heartbeat asks again
-            return b""
+            return b"", None, None
         return stream.ending_from(found["task"])
 
-    async def serve(self, stream: Stream, sink: Sink) -> str:
-        """Write the stream's opening, then live events until it ends (at once when `ended`
-        is already set), the client leaves or the worker drains; why it ended (`_why_ended`).
-        While nothing needs an await the coroutine parks, and the pass writes for it (`_write`)."""
-        loop, window = asyncio.get_running_loop(), self.window
-        stream.sink = sink
-        sink.on_disconnect(stream)
-        self._add(stream)
+    async def serve(self, served: Served, sink: Sink) -> str:
+        """Write the stream's opening, then live events until it ends (at once when it is
+        already ENDING), the client leaves or the worker drains; why it ended (`_why_ended`).
+        Each turn does what its state asks (stream.py's table); while PARKED with nothing to
+        write, the coroutine parks and the pass writes for it (`_write`)."""
+        loop, window, stream = asyncio.get_running_loop(), self.window, served.stream
+        served.sink = sink
+        sink.on_disconnect(served)
+        self._add(served)
         try:
-            opening, stream.opening = stream.opening, b""
-            self._own_write(stream, opening)
-            del opening
+            taken = self._own_write(served, stream.take_opening())
+            if stream.state is OPENING:
+                stream.move(OPENED if taken else FULL)
             self._progress()
-            if stream.behind(window) and not sink.blocked:
-                self.catch_up.add(stream)  # its replay: piece by piece, at the loop's pace
-            while not (stream.ended or sink.closed or window.closing):
-                if sink.blocked:
-                    await sink.drain()
-                elif stream.check_due:
-                    stream.check_due = False
-                    self._own_write(stream, await self._ending_of_lost_task(stream))
-                elif not stream.queued and stream.has_work(window):
-                    self._own_write(stream, stream.gather(window))
-                    if stream.behind(window) and not sink.blocked:
-                        self.catch_up.add(stream)
+            if stream.state is PARKED and stream.behind(window):
+                self.catch_up.add(served)  # its replay: piece by piece, at the loop's pace
+            while True:
+                if sink.closed or window.closing:
+                    stream.move(END)
+                state = stream.state
+                if state is ENDING:
+                    break
+                if state is BLOCKED:
+                    if sink.blocked:  # it may have drained already, before the coroutine ran
+                        await sink.drain()
+                    if stream.state is BLOCKED:  # not ended meanwhile
+                        stream.move(DRAINED)
+                elif state is CHECKING:
+                    if sink.blocked:  # the heartbeat that found the check due leaves first
+                        await sink.drain()
+                        continue
+                    self._own_delivery(served, await self._ending_of_lost_task(stream))
+                    if stream.state is CHECKING:  # neither the ending found nor ended meanwhile
+                        stream.move(GOES_ON)
+                elif not served.queued and stream.has_work(window, served.beat_due):
+                    due, served.beat_due = served.beat_due, None
+                    self._own_delivery(served, stream.gather(window, due))
+                    if stream.state is PARKED and stream.behind(window):
+                        self.catch_up.add(served)
                 else:
-                    stream.waiter = loop.create_future()
+                    served.waiter = loop.create_future()
                     try:
-                        await stream.waiter
+                        await served.waiter
                     finally:
-                        stream.waiter = None
-            reason = self._why_ended(stream, sink)
+                        served.waiter = None
+            reason = self._why_ended(served)
             if not sink.closed:
                 await sink.end()
             return reason
         finally:
-            self._remove(stream)
+            self._remove(served)
             sink.release()
             # The heartbeat heap holds a closed stream until its next due time: let it hold
-            # the stream alone, not the connection behind it.
-            stream.sink = None
+            # the record alone, not the connection behind it.
+            served.sink = None
+
+
+class Served:
+    """The hub's record of a stream it serves: everything of it that is I/O. Its sink, the
+    future its coroutine is parked on (None while it runs), its place in the catch-up queue,
+    the heartbeat due since the heap fired, and what its access-log line reports that the
+    stream cannot know (the bytes handed to its sink, whether a reload revoked it). It is the
+    sink's listener: a client that leaves pokes it."""
+
+    __slots__ = ("stream", "sink", "waiter", "queued", "beat_due", "bytes_sent", "revoked")
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self.sink: Sink | None = None
+        self.waiter: asyncio.Future | None = None
+        self.queued = False  # waiting in the catch-up queue for its next piece (catchup.py)
+        self.beat_due: float | None = None  # a heartbeat due since then, not yet written
+        self.bytes_sent = 0
+        self.revoked = False  # ended by a reload that took its token's right to it (`end_stream`)
+
+    @property
+    def parked(self) -> bool:
+        waiter = self.waiter
+        return waiter is not None and not waiter.done()
+
+    def poke(self) -> None:
+        """Resume its coroutine if it is parked (the hub's, or the sink's on a disconnect)."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)

@@ -29,10 +29,10 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
     config = Config.from_dict({**config.to_dict(), **settings})
     rpc.door.rules = config.tokens
     rpc.limits.apply(config)
-    revoked = [stream for stream, (rule, _holding) in rpc.holds.items()
-               if rule is not None and not rpc.door.still_admits(rule, stream.endpoint)]
-    for stream in revoked:
-        hub.end_stream(stream)
+    revoked = [served for served, (rule, _holding) in rpc.openings.holds.items()
+               if rule is not None and not rpc.door.still_admits(rule, served.stream.endpoint)]
+    for served in revoked:
+        hub.end_stream(served)
     log.info("reloaded settings applied", tokens=len(config.tokens), streams_ended=len(revoked))
     return config
 

@@ -1,11 +1,42 @@
-"""One open SSE connection: which bytes it writes, and when it ends. No I/O.
+"""One open SSE connection: which bytes it writes, in which state it is, and when it ends. No I/O.
+
+Everything that moves a stream lives in this file: its states, what moves it between them
+(`TRANSITIONS`), which events it takes (`accepts`, `pass_over`), the lag rule's application,
+its replay and how it ends. The hub (hub.py) drives it and owns all its I/O: the sink, the
+parked coroutine, the place in the catch-up queue, the heartbeat due (`hub.Served`). The
+stream never reads a clock, a socket or a counter: each step takes what it needs as
+arguments and returns what happened, and the hub applies that with `move`.
+
+    state     what it means                                      who acts
+    OPENING   made by the opening (app); its opening bytes       its coroutine writes the opening
+              (ack or task, gap) not yet written
+    PARKED    nothing needs an await                             the hub's pass and catch-up queue
+                                                                 write for it; its coroutine waits
+    BLOCKED   its sink holds bytes: nothing is written until     its coroutine awaits the drain
+              they have left
+    CHECKING  a task stream that lost events had a heartbeat:    its coroutine drains, then asks the
+              its ending may be among them                       sequencer for the task (`ending_from`)
+    ENDING    nothing more is written                            its coroutine ends the body
+
+    happened  what moves it
+    OPENED    its opening was written and the sink takes more
+    FULL      a write left its sink full (or the client gone)
+    DRAINED   its sink's bytes have left
+    CHECK     a heartbeat found it lost events (`gather`)
+    GOES_ON   the task it looked up goes on
+    END       its rules ended it (`gather`, `ending_from`), or the client left, the worker
+              drains or a reload revoked it (the hub)
+
+`gather` returns a delivery, (body, happened, noted): the bytes due now, END or CHECK or
+None, and what the hub's metrics count of its own walk or heartbeat (a `Noted`, made only
+when there is something to note: a watcher taking a shared batch carries none, and the
+window counts that batch's takers itself).
 
 A stream owns an integer cursor into the worker's window (window.py). When the hub asks
 (`gather`), it takes every pending event its filter accepts, a due heartbeat and the
-session's end, and answers them as one body; the hub hands that body to the connection's
-sink (sink.py) and counts what the stream noted of it (`Noted`).
-A task stream ends after its task's terminal status, and a SendStreamingMessage stream also
-after a live input-required one (`ends`). The lag rule lives here, once:
+session's end, and answers them as one body. A task stream ends after its task's terminal
+status, and a SendStreamingMessage stream also after a live input-required one (`ends`).
+It applies the lag rule of protocol/lag.py to live events:
 
     A connection more than 128 events behind the ring head skips to head - 128 and, when
     activated, writes one `lagged` frame naming the events it skipped (other tasks' too)
@@ -23,15 +54,14 @@ after `replay_end`. An event the window no longer holds when the stream reaches 
 overwrote it while the reader was slow) is lost like a live one: counted and named by a
 `lagged` frame before the next event it receives. Each event is written once, in order.
 
-A task stream that lost events may have lost its ending: from the first loss on it sets
-`check_due` at each heartbeat, the hub looks its task up, and `ending_from` answers the
+A task stream that lost events may have lost its ending: from the first loss on, each
+heartbeat it writes answers CHECK, the hub looks its task up, and `ending_from` answers the
 ending found (spec "Events a connection misses").
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING
+import enum
 
 import orjson
 
@@ -40,8 +70,41 @@ from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
 from gateway.worker.window import PIECE_BYTES, Entry, Window
 
-if TYPE_CHECKING:
-    from gateway.worker.sink import Sink
+
+class State(enum.Enum):
+    OPENING = "opening"
+    PARKED = "parked"
+    BLOCKED = "blocked"
+    CHECKING = "checking"
+    ENDING = "ending"
+
+
+class Happened(enum.Enum):
+    OPENED = "opened"
+    FULL = "full"
+    DRAINED = "drained"
+    CHECK = "check"
+    GOES_ON = "goes on"
+    END = "end"
+
+
+OPENING, PARKED, BLOCKED, CHECKING, ENDING = State
+OPENED, FULL, DRAINED, CHECK, GOES_ON, END = Happened
+
+# Every move a stream makes; anything else is a bug (`StreamStateError`). A check found due
+# while the sink is full is made once it drained (CHECKING drains first); a stream may be
+# ended in any state, more than once.
+TRANSITIONS: dict[State, dict[Happened, State]] = {
+    OPENING: {OPENED: PARKED, FULL: BLOCKED, END: ENDING},
+    PARKED: {FULL: BLOCKED, CHECK: CHECKING, END: ENDING},
+    BLOCKED: {DRAINED: PARKED, END: ENDING},
+    CHECKING: {GOES_ON: PARKED, END: ENDING},
+    ENDING: {END: ENDING},
+}
+
+
+class StreamStateError(RuntimeError):
+    """A move the table does not have."""
 
 
 class TaskView:
@@ -58,9 +121,9 @@ class TaskView:
 
 
 class Noted:
-    """What a stream's own walk or heartbeat noted since the hub last counted: the hub's
-    metrics of it (a shared batch is counted apart, by its takers). Made only when there is
-    something to note, so a stream on the shared path carries none."""
+    """What one step of a stream noted for the hub's metrics: its own walk of the window, the
+    heartbeat it wrote, the lagged frames. Returned in the step's delivery, made only when
+    there is something to note."""
 
     __slots__ = ("delivered", "lag", "missed", "lagged_frames", "beat_due")
 
@@ -72,57 +135,56 @@ class Noted:
         self.beat_due: float | None = None  # the due time of the heartbeat it wrote
 
 
+# (body, END / CHECK / None, Noted or None): what a step wrote and what happened. A plain
+# tuple: the pass makes one per stream written, and a tuple is the cheapest record there is.
+Delivery = tuple[bytes, "Happened | None", "Noted | None"]
+
+
 class Stream:
     # Every open stream holds one of these for as long as it is open: slots, and only what
     # it reads (the request id lives inside `prefix`, activation is `not plain`).
-    __slots__ = ("endpoint", "prefix", "task", "plain", "cursor", "replay_end", "opening", "ended",
-                 "lost", "last_state", "pending_missed", "heartbeat_due", "session_changed",
-                 "check_due", "noted", "sink", "waiter", "queued", "events_sent", "bytes_sent",
-                 "revoked")
+    __slots__ = ("endpoint", "prefix", "task", "plain", "state", "cursor", "replay_end", "opening",
+                 "lost", "last_state", "pending_missed", "session_changed", "events_sent")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
-                 activated: bool = True):
+                 activated: bool = True, cursor: int = 0):
         self.endpoint = endpoint
         self.prefix = sse.rpc_prefix(rpc_id_json)
         self.task = task
         self.plain = not activated
-        self.cursor = 0
+        self.state = OPENING
+        self.cursor = cursor  # the id of the last event it consumed (taken, skipped or lost)
         self.replay_end = 0  # the head when the request was read: ids up to it are the replay
-        self.opening = b""  # written first (ack or task, gap); dropped once written
-        self.ended = False
-        self.lost = False  # a task stream lost an event: it checks its task at heartbeats
+        self.opening = b""  # written first (ack or task, gap): set by the opening, taken once
+        self.lost = False  # a task stream lost an event: each heartbeat checks its task
         self.last_state = task.opening_state if task else None
         self.pending_missed = 0  # lost events its next `lagged` frame names
-        self.heartbeat_due: float | None = None  # set by the hub: a heartbeat due since then
-        self.session_changed = False  # set by the hub: the ring started a new session
-        self.check_due = False  # a lost task stream wants its task looked up (`ending_from`)
-        self.noted: Noted | None = None  # for the hub's metrics, which it takes and counts
-        # The hub's: where the bytes go, and the coroutine parked while the hub writes.
-        self.sink: Sink | None = None
-        self.waiter: asyncio.Future | None = None
-        self.queued = False  # the hub's: waiting in its catch-up queue for its next piece
-        # What its access-log line reports at its end (access_log.py): numbered events taken,
-        # and the body bytes the hub handed to the sink.
-        self.events_sent = 0
-        self.bytes_sent = 0
-        self.revoked = False  # ended by a reload that took its token's right to it (Hub.end_stream)
+        self.session_changed = False  # the ring started a new session (`new_session`)
+        self.events_sent = 0  # numbered events taken, for its access-log line (access_log.py)
 
     @property
     def activated(self) -> bool:
         return not self.plain
 
-    def _note(self) -> Noted:
-        noted = self.noted
-        if noted is None:
-            noted = self.noted = Noted()
-        return noted
+    @property
+    def ended(self) -> bool:
+        return self.state is ENDING
 
-    def poke(self) -> None:
-        """Resume the stream's coroutine if it is parked (the hub's, or the sink's on a
-        disconnect)."""
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def move(self, happened: Happened) -> None:
+        """The state `happened` moves it to (`TRANSITIONS`)."""
+        try:
+            self.state = TRANSITIONS[self.state][happened]
+        except KeyError:
+            raise StreamStateError(f"a stream {self.state.value} cannot be {happened.value}") from None
+
+    def take_opening(self) -> bytes:
+        """Its opening, dropped here: written once, it is not held for as long as it is open."""
+        opening, self.opening = self.opening, b""
+        return opening
+
+    def new_session(self) -> None:
+        """The ring started a new session: its next `gather` ends it."""
+        self.session_changed = True
 
     # --- the bytes ---
 
@@ -136,10 +198,23 @@ class Stream:
         return self.unnumbered(events.task_frame_event(
             self.task.id, self.task.context_id, frame, state=self.last_state))
 
+    # --- which events it takes: its filter, here alone ---
+
     def accepts(self, entry: Entry) -> bool:
+        """A watcher takes every event; a task stream its task's, and a plain one none of its
+        frames."""
         if self.task is None:
             return True
         return entry.key == self.task.key and not (self.plain and entry.meta & records.FRAME)
+
+    def pass_over(self, keys: set[int], head: int) -> bool:
+        """The hub's pass copied events up to `head` whose keys are `keys`, and this stream had
+        consumed every event before them: when none is its task's, it accepts none of them
+        and is past them without a walk (True)."""
+        if self.task is None or self.task.key in keys:
+            return False
+        self.cursor = head
+        return True
 
     def ends(self, terminal: bool, input_required: bool, live: bool) -> bool:
         """How a task stream ends: after its task's terminal status, and a SendStreamingMessage
@@ -152,20 +227,7 @@ class Stream:
         meta = entry.meta
         return self.ends(meta & records.TERMINAL, meta & records.INPUT_REQUIRED, live)
 
-    def _name_missed(self, parts: list[bytes]) -> None:
-        """Before the next event it receives, an activated stream is told what it lost."""
-        if not self.plain:
-            parts.append(self.connection_frame(events.lagged_frame(self.pending_missed)))
-            self._note().lagged_frames += 1
-        self.pending_missed = 0
-
-    def take(self, entry: Entry, parts: list[bytes]) -> None:
-        if self.pending_missed:
-            self._name_missed(parts)
-        parts.append(entry.wire(self.prefix, self.plain))
-        self.events_sent += 1
-        if entry.meta & records.STATUS:
-            self.last_state = records.meta_state(entry.meta)
+    # --- its steps ---
 
     def start_replay(self, window: Window, after: int) -> None:
         """Replay the buffered events with id > after (this stream's filter), up to the head
@@ -181,51 +243,63 @@ class Stream:
         """Events are pending after the last write: a replay, or a catch-up past one piece."""
         return window.head > self.cursor
 
-    def has_work(self, window: Window) -> bool:
-        return (window.head > self.cursor or self.heartbeat_due is not None or self.session_changed
-                or bool(window.session_closed_at) or self.ended or self.check_due)
+    def has_work(self, window: Window, beat_due: float | None) -> bool:
+        return (window.head > self.cursor or beat_due is not None or self.session_changed
+                or bool(window.session_closed_at))
 
-    def gather(self, window: Window, events_too: bool = True) -> bytes:
+    def gather(self, window: Window, beat_due: float | None = None, events_too: bool = True) -> Delivery:
         """What is due now: pending events (one piece; none when not `events_too`: a queued
-        stream's events wait for its turn, a heartbeat never does), a due heartbeat, the
-        session's end. Sets `ended`, and `check_due` when a lost task stream must have its
-        task looked up."""
+        stream's events wait for its turn, a heartbeat never does), the heartbeat due since
+        `beat_due` (None: none is), the session's end. What happened: END when it must end
+        after this body, CHECK when a lost task stream must have its task looked up."""
         parts: list[bytes] = []
+        noted: Noted | None = None
+        ended = False
         # A replay whose pending events all left the window writes nothing of it: the live
         # events after it are then this write's piece (at most two walks: replay, live).
-        while events_too and not parts and not self.ended and self.behind(window):
-            self.ended = self._collect(window, parts)
-        due = self.heartbeat_due
-        if due is not None:
-            self.heartbeat_due = None
-            self._note().beat_due = due
+        while events_too and not parts and not ended and self.behind(window):
+            if self._take_batch(window, parts):
+                break
+            if noted is None:
+                noted = Noted()
+            ended = self._walk(window, parts, noted)
+        happened = END if ended else None
+        if beat_due is not None:
+            if noted is None:
+                noted = Noted()
+            noted.beat_due = beat_due
             parts.append(sse.HEARTBEAT)
-            self.check_due = self.lost and self.task is not None and not self.ended
+            if self.lost and self.task is not None and not ended:
+                happened = CHECK
         closed_at = window.session_closed_at
         if self.session_changed or (closed_at and self.cursor >= closed_at - 1):
             if self.task is None:
                 parts.append(self.connection_frame(events.capsule_closed_frame()))
-            self.ended = True
-        return b"".join(parts)
+            happened = END
+        return b"".join(parts), happened, noted
 
-    def _collect(self, window: Window, parts: list[bytes]) -> bool:
-        """The pending events this stream accepts, at most a piece of them (window.PIECE_BYTES,
-        one event at least); True when the stream must end after them."""
+    def _take_batch(self, window: Window, parts: list[bytes]) -> bool:
+        """A watcher takes every event: watchers at the same cursor with the same request id
+        write the same bytes, so they share one join (`Window.take_batch`), which the window
+        counts by its takers. False when this stream walks the window itself instead."""
         head, cursor, replay_end = window.head, self.cursor, self.replay_end
-        if head <= cursor:
+        replaying = cursor < replay_end
+        if self.task is not None or self.pending_missed or not (replaying or head - cursor <= LAG_LIMIT):
             return False
+        batch = window.take_batch(cursor, replay_end if replaying else head, self.prefix, self.plain)
+        if batch is None:
+            return False
+        parts.append(batch.body)
+        self.events_sent += batch.events
+        self.cursor = batch.last
+        return True
+
+    def _walk(self, window: Window, parts: list[bytes], noted: Noted) -> bool:
+        """The pending events this stream accepts, at most a piece of them (window.PIECE_BYTES,
+        one event at least), walked one by one; True when the stream must end after them."""
+        head, cursor, replay_end = window.head, self.cursor, self.replay_end
         replaying = cursor < replay_end
         end = replay_end if replaying else head  # a piece never runs from the replay into live
-        if self.task is None and not self.pending_missed and (replaying or head - cursor <= LAG_LIMIT):
-            # A watcher takes every event: watchers at the same cursor with the same request
-            # id write the same bytes, so they share one join, which the hub counts once.
-            batch = window.take_batch(cursor, end, self.prefix, self.plain)
-            if batch is not None:
-                parts.append(batch.body)
-                self.events_sent += batch.events
-                self.cursor = batch.last
-                return False
-        noted = self._note()
         noted.lag = head - cursor
         missed = 0
         if not replaying:  # the lag rule: live events only
@@ -242,9 +316,9 @@ class Stream:
             if not self.accepts(entry):
                 continue
             if missed:
-                self._note_missed(missed)
+                self._lose(missed, noted)
                 missed = 0
-            self.take(entry, parts)
+            self._take(entry, parts, noted)
             size += len(parts[-1])
             delivered += 1
             if self.ends_at(entry, live=event_id > replay_end):
@@ -253,33 +327,49 @@ class Stream:
             if size >= PIECE_BYTES:
                 end = event_id
                 break
-        self._note_missed(missed)
+        self._lose(missed, noted)
         self.cursor = end
         noted.delivered += delivered
         return ended
 
-    def _note_missed(self, missed: int) -> None:
+    def _take(self, entry: Entry, parts: list[bytes], noted: Noted) -> None:
+        if self.pending_missed:
+            self._name_missed(parts, noted)
+        parts.append(entry.wire(self.prefix, self.plain))
+        self.events_sent += 1
+        if entry.meta & records.STATUS:
+            self.last_state = records.meta_state(entry.meta)
+
+    def _lose(self, missed: int, noted: Noted) -> None:
         if missed:
             self.pending_missed += missed
-            self._note().missed += missed
+            noted.missed += missed
             self.lost = True
 
-    def ending_from(self, snapshot: dict) -> bytes:
-        """A lost task stream's ending, from its task as GetTask answers it now (and `ended`);
-        b"" while the task goes on. Events it lost since the last it received are named first:
-        the ending is the next thing it receives."""
+    def _name_missed(self, parts: list[bytes], noted: Noted) -> None:
+        """Before the next event it receives, an activated stream is told what it lost."""
+        if not self.plain:
+            parts.append(self.connection_frame(events.lagged_frame(self.pending_missed)))
+            noted.lagged_frames += 1
+        self.pending_missed = 0
+
+    def ending_from(self, snapshot: dict) -> Delivery:
+        """A lost task stream's ending, from its task as GetTask answers it now (END), or
+        nothing while the task goes on (None). Events it lost since the last it received are
+        named first: the ending is the next thing it receives."""
         status = snapshot["status"]
         terminal = states.is_terminal(status["state"])
         if not self.ends(terminal, status["state"] == states.INPUT_REQUIRED, live=True):
-            return b""
+            return b"", None, None
         task_id, context_id = self.task.id, self.task.context_id
         parts: list[bytes] = []
+        noted = None
         if self.pending_missed:
-            self._name_missed(parts)
+            noted = Noted()
+            self._name_missed(parts, noted)
         if terminal:
             for artifact in snapshot.get("artifacts", ()):
                 if artifact.get("name") == events.RESPONSE_ARTIFACT_NAME:
                     parts.append(self.unnumbered(events.artifact_update(task_id, context_id, artifact)))
         parts.append(self.unnumbered(events.status_update(task_id, context_id, status)))
-        self.ended = True
-        return b"".join(parts)
+        return b"".join(parts), END, noted

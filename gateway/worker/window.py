@@ -13,7 +13,7 @@ there too (`Batch.last`). A replay of the whole buffer is then a few pieces, eac
 when the one before has left (hub.py, catchup.py), never one write of the whole buffer.
 
 Nothing here does I/O or counts a metric: a `Batch` only records how many streams took it
-(`takers`), and the hub counts them once per pass.
+(`takers`), and the hub counts what `taken` answers once per pass.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Entry:
 
 class Batch:
     """The events after one cursor up to `last` (at most a piece), joined for one request
-    prefix, and how many streams took it since the hub last counted (`takers`)."""
+    prefix, and how many streams took it since the window last answered `taken`."""
 
     __slots__ = ("body", "events", "lag", "last", "takers")
 
@@ -123,11 +123,15 @@ class Window:
                 break
         return Batch(b"".join(wires), len(wires), self.head - cursor, last)
 
-    def taken_batches(self) -> list[Batch]:
-        """Every batch taken since the last call, each once; their takers are reset when the
-        hub has counted them (`Batch.takers`)."""
+    def taken(self) -> list[tuple[int, int, int]]:
+        """(events, lag, takers) of every batch taken since the last call, each once: what
+        the hub's metrics count of the watchers that shared it."""
         taken = [batch for batch in self.batches.values() if batch is not None and batch.takers]
         if self.uncounted:
             taken += self.uncounted
             self.uncounted = []
-        return taken
+        counts = []
+        for batch in taken:
+            counts.append((batch.events, batch.lag, batch.takers))
+            batch.takers = 0
+        return counts

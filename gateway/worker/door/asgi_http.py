@@ -1,6 +1,6 @@
 """The raw ASGI the door speaks: a request head's headers read, and a whole answer sent.
 
-`POST /` and the attachment endpoint are raw ASGI (app.py says why), so they read the
+`POST /` and the attachment endpoint are raw ASGI (dispatch.py says why), so they read the
 head and send their answers here rather than through Starlette's Request and Response.
 """
 

@@ -1,6 +1,6 @@
 """What a JSON-RPC request on `POST /` must be, as pure functions of its head or body.
 
-`app.py` applies them in the order its docstring gives; each answers why a request fails
+`dispatch.py` applies them in the order its docstring gives; each answers why a request fails
 (or whether it does), and the caller turns that into the refusal or JSON-RPC error.
 """
 

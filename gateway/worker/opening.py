@@ -1,0 +1,137 @@
+"""How a stream opens: its place under the limits, its task, its replay and its response head.
+
+A stream method (SendStreamingMessage, SubscribeToTask, WatchSession) that passed the door
+(dispatch.py) first takes a place under the stream limits (limits.py, 429 else), then the hub
+notes where its live events begin (`Hub.reading_point`, before the task is read, so no event
+is lost in between). A task stream reads its task from the sequencer (a rejected message is
+answered as one `task` event, and no stream opens); a watcher's opening is its
+`connection-ack`. The replay (`Last-Event-ID`, protocol/replay.py) decides where its events
+begin and whether a `gap` frame follows the opening; the hub opens the stream there
+(`Hub.open_stream`), and writes the replay's events from its window a piece at a time
+(stream.py, catchup.py): the opening holds only its head frames. The response head
+(`text/event-stream`, `A2A-Extensions`) is sent last, once nothing can refuse the stream.
+
+Each open stream that a limit counts or a token let in is held here (`holds`): a reload ends
+the ones whose token it removed (reload.py), and each gives its places back when it ends
+(`close`).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.config import Config, TokenRule
+from gateway.control import ControlClient, Op
+from gateway.metrics import Counters
+from gateway.protocol import activation, events, sse
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_SESSION
+from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
+from gateway.worker.door import Caller, header, header_values
+from gateway.worker.hub import Hub, Served
+from gateway.worker.limits import ClientLimits, Holding
+from gateway.worker.stream import TaskView
+
+STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"connection", b"keep-alive")]
+
+
+class Openings:
+    """Every stream opening of one worker, and the places its open streams hold."""
+
+    def __init__(self, config: Config, hub: Hub, control: ControlClient, counters: Counters,
+                 limits: ClientLimits):
+        self.config = config
+        self.hub = hub
+        self.control = control
+        self.counters = counters
+        self.limits = limits
+        self.holds: dict[Served, tuple[TokenRule | None, Holding | None]] = {}
+        self.conversation_mode = config.lifecycle.conversation
+
+    async def open(self, scope, send, method: str, rpc_id, params: dict, caller: Caller,
+                   rule: TokenRule | None) -> Served | None:
+        """`_stream`, once the limits gave it a place (429 else); the place is given back
+        at once when no stream opens."""
+        holding = await self.limits.hold_stream(scope, rule)
+        served = None
+        try:
+            served = await self._stream(scope, send, method, rpc_id, params, caller)
+        finally:
+            if served is None:
+                self.limits.release(holding)
+            elif rule is not None or holding is not None:
+                self.holds[served] = (rule, holding)
+        return served
+
+    def close(self, served: Served) -> None:
+        """The stream is over: the places it held are given back."""
+        _rule, holding = self.holds.pop(served, (None, None))
+        self.limits.release(holding)
+
+    def _conversation(self) -> str:
+        """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
+        if self.config.upstream:
+            return "threaded" if self.hub.upstream_threaded else "stateless"
+        return self.conversation_mode
+
+    async def _stream(self, scope, send, method: str, rpc_id, params: dict,
+                      caller: Caller) -> Served | None:
+        """Open the stream (its head sent, its opening ready in `stream.opening`), or answer a
+        rejected task and return None."""
+        # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
+        # stream keeps its id for as long as it is open, so keep a right-sized copy.
+        rpc_id_json = bytes(memoryview(orjson.dumps(rpc_id)))
+        ext_values = header_values(scope, b"a2a-extensions")
+        activated = activation.connection_activated(method, ext_values)
+        door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
+            params.get("message") if isinstance(params.get("message"), dict) else {})
+        since = self.hub.reading_point()  # before the task is read, so no event is lost in between
+        if method == WATCH_SESSION:
+            plan = self._replay_plan(scope, watch=True)
+            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                          rpc_id_json=rpc_id_json)
+            stream = served.stream
+            head = stream.connection_frame(events.connection_ack_frame(self._conversation()))
+        else:
+            who = caller.params()
+            if method == SEND_STREAMING_MESSAGE:
+                answer = await self.control.call(Op.SEND, params=params, streaming=True, **who)
+                if "rejected" in answer:
+                    await self._start(send, method, activated, door_used)
+                    rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
+                    await send({"type": "http.response.body", "body": rejected})
+                    return None
+                if isinstance(params["message"].get("taskId"), str):
+                    # spec: "No message on the opening `task` of a continued task"
+                    status = answer["task"]["status"]
+                    answer["task"]["status"] = {k: v for k, v in status.items() if k != "message"}
+            else:
+                answer = await self.control.call(Op.SUBSCRIBE, id=params.get("id"), **who)
+            task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
+            plan = self._replay_plan(scope, watch=False)
+            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                          rpc_id_json=rpc_id_json, task=task, activated=activated)
+            stream = served.stream
+            head = stream.unnumbered(events.task_event(answer["task"]))
+        # The replay's events are not copied here: the hub writes them from the window a
+        # piece at a time (stream.py, catchup.py); the opening holds its gap frame alone.
+        gap = plan.gap is not None and stream.activated
+        stream.opening = head + stream.connection_frame(events.gap_frame(plan.gap)) if gap else head
+        await self._start(send, method, activated, door_used)
+        return served
+
+    def _replay_plan(self, scope: dict, watch: bool) -> ReplayPlan:
+        """What the stream replays (`Last-Event-ID`), counted by its outcome."""
+        plan = plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
+                           oldest=self.hub.oldest, next_id=self.hub.next_id)
+        self.counters.add("replays", label="none" if plan.after is None else
+                          "gap" if plan.gap is not None else "replayed")
+        return plan
+
+    async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
+        headers = list(STREAM_HEAD)
+        value = activation.extensions_header(
+            activation.response_extensions(method, activated=activated, door_used=door_used))
+        if value:
+            headers.append((b"a2a-extensions", value.encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
