@@ -24,7 +24,7 @@ from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostpor
                                    parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
                                    parse_positive_int, parse_positive_seconds, parse_secret, parse_text,
                                    parse_url, shown, whole_number)
-from gateway.control_words import MAX_WORKERS
+from gateway.board import MAX_WORKERS
 from gateway.protocol.activation import METHODS
 
 

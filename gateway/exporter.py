@@ -16,7 +16,7 @@ from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, MetricsHandler
 
-from gateway import control_words, metrics, procstat
+from gateway import board, metrics, procstat
 from shm import CounterBlocks, Ring
 from shm.segment import Handle
 
@@ -32,8 +32,8 @@ class GatewayCollector:
             ("ring_head_id", "Id of the newest event in the ring.", self.ring.head),
             ("ring_oldest_id", "Id of the oldest event still in the ring (replay buffer).", self.ring.oldest),
             ("upstream_connected", "1 while the capsule (embedded or upstream) is connected.",
-             1 if words[control_words.UPSTREAM_CONNECTED] else 0),
-            *self._tls_expiry(words[control_words.TLS_EXPIRY]),
+             1 if words[board.UPSTREAM_CONNECTED] else 0),
+            *self._tls_expiry(words[board.TLS_EXPIRY]),
         ])
 
     @staticmethod

@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 
-from gateway import control, control_words, logs, records
+from gateway import board, control, logs, records
 from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
 from gateway.capsule.embedded import EmbeddedCapsule
 from gateway.capsule.upstream import UpstreamCapsule
@@ -72,8 +72,8 @@ class Sequencer:
         self._wake_pending = False
         words = self.ring.control
         for index, sock in enumerate(self.wake_socks):
-            if everyone or words[control_words.ARMED + index]:
-                words[control_words.ARMED + index] = 0
+            if everyone or words[board.ARMED + index]:
+                words[board.ARMED + index] = 0
                 try:
                     sock.send(b"\x01")
                 except (BlockingIOError, OSError):
@@ -82,19 +82,19 @@ class Sequencer:
     def new_session(self) -> None:
         self.ring.reset()
         self.next_id = 1
-        self.ring.control[control_words.SESSION_CLOSED] = 0
+        self.ring.control[board.SESSION_CLOSED] = 0
         self._wake(True)
 
     def close_session(self) -> None:
-        self.ring.control[control_words.SESSION_CLOSED] = self.next_id
+        self.ring.control[board.SESSION_CLOSED] = self.next_id
         self.set_connected(False)
         self._wake(True)
 
     def set_connected(self, up: bool) -> None:
-        self.ring.control[control_words.UPSTREAM_CONNECTED] = 1 if up else 0
+        self.ring.control[board.UPSTREAM_CONNECTED] = 1 if up else 0
 
     def set_conversation(self, mode: str) -> None:
-        self.ring.control[control_words.UPSTREAM_THREADED] = int(mode == "threaded")
+        self.ring.control[board.UPSTREAM_THREADED] = int(mode == "threaded")
 
     # --- control calls from workers ---
 
@@ -146,11 +146,11 @@ class Sequencer:
 
     def _reload(self, held: Holdings, p: dict) -> dict:
         self.settings = p["settings"]
-        self.ring.control[control_words.CONFIG_GENERATION] += 1
+        self.ring.control[board.CONFIG_GENERATION] += 1
         return self._settings(held, p)
 
     def _settings(self, held: Holdings, p: dict) -> dict:
-        return {"generation": self.ring.control[control_words.CONFIG_GENERATION], "settings": self.settings}
+        return {"generation": self.ring.control[board.CONFIG_GENERATION], "settings": self.settings}
 
 
 async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, control_path: str,
@@ -164,14 +164,14 @@ async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, 
     server = await asyncio.start_unix_server(
         sequencer.serve_worker, path=control_path)
     sequencer.capsule.start()
-    ring.control[control_words.SEQUENCER_PID] = os.getpid()
+    ring.control[board.SEQUENCER_PID] = os.getpid()
     sequencer.log.info("sequencer ready", control=control_path)
     try:
         await stop.wait()
     finally:
         sequencer.stopped = True
         sequencer.capsule.close()
-        ring.control[control_words.SEQUENCER_PID] = 0
+        ring.control[board.SEQUENCER_PID] = 0
         server.close()
         counters.close()
         ring.close()

@@ -1,6 +1,6 @@
 """A stuck worker is replaced: a heartbeat word per worker that its event loop bumps.
 
-Each worker bumps ``control_words.LOOP_BEAT + index`` in the ring's control area every
+Each worker bumps ``board.LOOP_BEAT + index`` in the ring's control area every
 PULSE_SECONDS from a timer on its event loop (`start_pulse`), and its hub bumps the same word
 as it makes progress (a pass's streams written, a catch-up run, an opening served:
 gateway/worker/hub.py): the word moves while the loop turns or the worker writes, so a worker
@@ -32,7 +32,7 @@ import os
 import signal
 from typing import Callable
 
-from gateway import control_words, procstat
+from gateway import board, procstat
 
 PULSE_SECONDS = 0.25
 STARTUP_SECONDS = 30.0
@@ -43,7 +43,7 @@ TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
 def start_pulse(words, index: int, late: Callable[[float], None] = lambda seconds: None) -> Pulse:
     """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``; `late`
     is told, at each beat, how many seconds past its due time it ran (the loop's stall)."""
-    pulse = Pulse(words, control_words.LOOP_BEAT + index, late)
+    pulse = Pulse(words, board.LOOP_BEAT + index, late)
     pulse.beat()
     _install_test_hang(asyncio.get_running_loop())
     return pulse
@@ -77,11 +77,11 @@ class StallWatch:
 
     def started(self, index: int, now: float) -> None:
         """A new process serves slot `index`: the word's value now is its baseline."""
-        self._last[index] = (self.words[control_words.LOOP_BEAT + index], now, False)
+        self._last[index] = (self.words[board.LOOP_BEAT + index], now, False)
 
     def stuck(self, index: int, pid: int, now: float) -> bool:
         """True when slot `index`'s loop has not turned for the timeout (0: never)."""
-        word = self.words[control_words.LOOP_BEAT + index]
+        word = self.words[board.LOOP_BEAT + index]
         value, since, beaten = self._last.get(index, (word, now, False))
         if word != value:
             self._last[index] = (word, now, True)

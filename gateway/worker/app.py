@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import control_words
+from gateway import board
 from gateway.config import Config, TokenRule
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
@@ -229,7 +229,7 @@ class RpcEndpoint:
     def _conversation(self) -> str:
         """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
         if self.config.upstream:
-            return "threaded" if self.hub.ring.control[control_words.UPSTREAM_THREADED] else "stateless"
+            return "threaded" if self.hub.ring.control[board.UPSTREAM_THREADED] else "stateless"
         return self.conversation_mode
 
     def _replay_plan(self, scope: dict, watch: bool):
@@ -330,8 +330,8 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
 
     async def readyz(request: Request) -> Response:
         words = hub.ring.control
-        ready = (words[control_words.SEQUENCER_PID] and words[control_words.UPSTREAM_CONNECTED]
-                 and not words[control_words.SESSION_CLOSED] and not hub.closing)
+        ready = (words[board.SEQUENCER_PID] and words[board.UPSTREAM_CONNECTED]
+                 and not words[board.SESSION_CLOSED] and not hub.closing)
         return JSONResponse({"ready": bool(ready)}, 200 if ready else 503)
 
     app = Starlette(routes=[

@@ -15,7 +15,7 @@ Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the 
 beat word as it writes (every PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
 
-Wake-up protocol (control_words.ARMED): before sleeping the worker sets its armed word and
+Wake-up protocol (board.ARMED): before sleeping the worker sets its armed word and
 re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
 store before a later load (store buffering), so an armed flag and a head published at the
 same instant can miss each other: a slow poll (`POLL_SECONDS`) closes that window.
@@ -27,7 +27,7 @@ import asyncio
 import socket
 import time
 
-from gateway import config, control_words, logs
+from gateway import board, config, logs
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
@@ -60,7 +60,7 @@ class Hub:
         self.task_streams: dict[int, set[Stream]] = {}
         self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
-        self._beat_slot = control_words.LOOP_BEAT + index
+        self._beat_slot = board.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.Handle | None = None
         self._pending_due = 0.0  # the loop time `_pending_sync` runs at
@@ -139,7 +139,7 @@ class Hub:
         """Copy every new record into the window, then write the streams it concerns."""
         started = time.perf_counter()
         ring, words, window = self.ring, self.ring.control, self.window
-        words[control_words.ARMED + self.index] = 0
+        words[board.ARMED + self.index] = 0
         if ring.epoch != self.epoch:
             self._new_session(ring.epoch)
         target = ring.head
@@ -156,8 +156,8 @@ class Hub:
             window.batches.clear()
             window.head = target
         window.oldest = ring.oldest
-        closed_at = words[control_words.SESSION_CLOSED]
-        closing = window.closing or bool(words[control_words.CLOSING])
+        closed_at = words[board.SESSION_CLOSED]
+        closing = window.closing or bool(words[board.CLOSING])
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
@@ -166,7 +166,7 @@ class Hub:
         # than holding until the next events arrive.
         self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
         self._pass_started = started
-        words[control_words.ARMED + self.index] = 1
+        words[board.ARMED + self.index] = 1
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:

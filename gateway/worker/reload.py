@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway import control_words, logs
+from gateway import board, logs
 from gateway.config import Config
 from gateway.control import Op
 
@@ -48,7 +48,7 @@ async def follow(config: Config, rpc, hub) -> None:
     seen = 0
     while True:
         await asyncio.sleep(config.heartbeat_interval / CHECKS_PER_HEARTBEAT)
-        if words[control_words.CONFIG_GENERATION] == seen:
+        if words[board.CONFIG_GENERATION] == seen:
             continue
         try:
             answer = await hub.control.call(Op.SETTINGS)
