@@ -12,13 +12,13 @@ is counted here, once per pass: shared batches once per batch, each stream's own
 what it noted.
 
 Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
-beat word as it writes (every PROGRESS_STREAMS streams of a pass, each catch-up run, each
+beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
 
 Wake-up protocol (board.ARMED): before sleeping the worker sets its armed word and
 re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
 store before a later load (store buffering), so an armed flag and a head published at the
-same instant can miss each other: a slow poll (`POLL_SECONDS`) closes that window.
+same instant can miss each other: a slow poll (`tuning.POLL_SECONDS`) closes that window.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import asyncio
 import socket
 import time
 
-from gateway import board, config, logs
+from gateway import board, logs, tuning
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
@@ -38,9 +38,6 @@ from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream
 from gateway.worker.window import Window
 from shm import Ring
-
-POLL_SECONDS = 0.05
-PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
 
 log = logs.get("worker")
 
@@ -116,7 +113,7 @@ class Hub:
         """The next pass: after the adaptive delay, or at once when so many events already
         wait (a burst) that a stream could near the lag limit before the pass."""
         waiting = self.ring.head - self.window.head
-        delay = self._delay if waiting < config.COALESCE_MAX_EVENTS else 0.0
+        delay = self._delay if waiting < tuning.COALESCE_MAX_EVENTS else 0.0
         pending = self._pending_sync
         if pending is not None:
             # uvloop answers call_later(0, ...) with a plain Handle, which has no when(): the
@@ -170,7 +167,7 @@ class Hub:
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:
-            self._poll = self._loop.call_later(POLL_SECONDS, self._on_poll)
+            self._poll = self._loop.call_later(tuning.POLL_SECONDS, self._on_poll)
 
     def _new_session(self, epoch: int) -> None:
         self.window.clear()
@@ -191,7 +188,7 @@ class Hub:
         sends = 0
         for count, stream in enumerate(self.watchers, 1):
             sends += self._write(stream)
-            if not count % PROGRESS_STREAMS:
+            if not count % tuning.PROGRESS_STREAMS:
                 self._progress()
         if sends:
             self.counters.add("sends", sends, WATCH_SESSION)

@@ -13,6 +13,7 @@ import socket
 
 from gateway import logs, stall
 from gateway.config import Config
+from gateway.tuning import BALANCE_SLACK
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker import hypercorn, reload
@@ -21,9 +22,6 @@ from gateway.worker.heap import Trimmer
 from gateway.worker.hub import Hub
 from shm import Ring
 from shm.segment import Handle
-
-BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
-
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
