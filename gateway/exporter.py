@@ -16,24 +16,24 @@ from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, MetricsHandler
 
-from gateway import board, metrics, procstat
+from gateway import metrics, procstat
+from gateway.board import Board
 from shm import CounterBlocks, Ring
 from shm.segment import Handle
 
 
 class GatewayCollector:
     def __init__(self, blocks: CounterBlocks, ring: Ring):
-        self.blocks, self.ring = blocks, ring
+        self.blocks, self.ring, self.board = blocks, ring, Board(ring.control)
 
     def collect(self):
-        words = self.ring.control
         yield from self._processes()
         yield from metrics.families(metrics.totals(self.blocks), [
             ("ring_head_id", "Id of the newest event in the ring.", self.ring.head),
             ("ring_oldest_id", "Id of the oldest event still in the ring (replay buffer).", self.ring.oldest),
             ("upstream_connected", "1 while the capsule (embedded or upstream) is connected.",
-             1 if words[board.UPSTREAM_CONNECTED] else 0),
-            *self._tls_expiry(words[board.TLS_EXPIRY]),
+             int(self.board.upstream_connected)),
+            *self._tls_expiry(self.board.tls_expiry),
         ])
 
     @staticmethod

@@ -198,7 +198,7 @@ def shm_bytes_per_gateway(workers: int) -> int:
     from shm import Ring
 
     base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
-    ring = Ring.create(base + "-ring", control_words=board.COUNT, anonymous=True)
+    ring = Ring.create(base + "-ring", control_words=board.CONTROL_WORDS, anonymous=True)
     blocks = metrics.create_blocks(base + "-metrics", workers)
     try:
         return sum(os.fstat(segment.handle.fd).st_size for segment in (ring, blocks))

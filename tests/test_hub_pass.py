@@ -120,7 +120,7 @@ class FakeControl:
 @pytest.fixture
 def ring():
     """A memfd ring (no file in /dev/shm), so even a test process killed mid-test leaves nothing."""
-    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=board.COUNT,
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=board.CONTROL_WORDS,
                        anonymous=True)
     try:
         yield ring

@@ -30,7 +30,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import board
 from gateway.config import Config, TokenRule
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
@@ -229,7 +228,7 @@ class RpcEndpoint:
     def _conversation(self) -> str:
         """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""
         if self.config.upstream:
-            return "threaded" if self.hub.ring.control[board.UPSTREAM_THREADED] else "stateless"
+            return "threaded" if self.hub.board.upstream_threaded else "stateless"
         return self.conversation_mode
 
     def _replay_plan(self, scope: dict, watch: bool):
@@ -329,9 +328,8 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         return JSONResponse({"status": "serving", "pid": os.getpid()})
 
     async def readyz(request: Request) -> Response:
-        words = hub.ring.control
-        ready = (words[board.SEQUENCER_PID] and words[board.UPSTREAM_CONNECTED]
-                 and not words[board.SESSION_CLOSED] and not hub.closing)
+        ready = (hub.board.sequencer_pid and hub.board.upstream_connected
+                 and not hub.board.session_closed and not hub.closing)
         return JSONResponse({"ready": bool(ready)}, 200 if ready else 503)
 
     app = Starlette(routes=[

@@ -15,10 +15,11 @@ Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the 
 beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
 
-Wake-up protocol (board.ARMED): before sleeping the worker sets its armed word and
-re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
-store before a later load (store buffering), so an armed flag and a head published at the
-same instant can miss each other: a slow poll (`tuning.POLL_SECONDS`) closes that window.
+Wake-up protocol (the armed words, gateway/board.py): before sleeping the worker sets its
+armed word and re-reads the head; the sequencer sends one byte only to armed workers. x86-64
+may reorder a store before a later load (store buffering), so an armed flag and a head
+published at the same instant can miss each other: a slow poll (`tuning.POLL_SECONDS`)
+closes that window.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import asyncio
 import socket
 import time
 
-from gateway import board, logs, tuning
+from gateway import logs, tuning
+from gateway.board import Board
 from gateway.control import ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
@@ -46,6 +48,7 @@ class Hub:
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
                  counters: Counters, control: ControlClient):
         self.ring = ring
+        self.board = Board(ring.control)
         self.counters = counters
         self.control = control
         self.wake_sock = wake_sock
@@ -57,7 +60,6 @@ class Hub:
         self.task_streams: dict[int, set[Stream]] = {}
         self.heartbeats: Heartbeats[Stream] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
-        self._beat_slot = board.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.Handle | None = None
         self._pending_due = 0.0  # the loop time `_pending_sync` runs at
@@ -135,8 +137,8 @@ class Hub:
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
         started = time.perf_counter()
-        ring, words, window = self.ring, self.ring.control, self.window
-        words[board.ARMED + self.index] = 0
+        ring, board, window = self.ring, self.board, self.window
+        board.disarm(self.index)
         if ring.epoch != self.epoch:
             self._new_session(ring.epoch)
         target = ring.head
@@ -153,8 +155,8 @@ class Hub:
             window.batches.clear()
             window.head = target
         window.oldest = ring.oldest
-        closed_at = words[board.SESSION_CLOSED]
-        closing = window.closing or bool(words[board.CLOSING])
+        closed_at = board.session_closed
+        closing = window.closing or board.closing
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
@@ -163,7 +165,7 @@ class Hub:
         # than holding until the next events arrive.
         self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
         self._pass_started = started
-        words[board.ARMED + self.index] = 1
+        board.arm(self.index)
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:
@@ -181,7 +183,7 @@ class Hub:
 
     def _progress(self) -> None:
         """The worker is writing: its beat word moves (gateway/stall.py)."""
-        self.ring.control[self._beat_slot] += 1
+        self.board.beat(self.index)
 
     def _pass(self, keys: set[int]) -> None:
         everyone = self.window.closing or self.window.session_closed_at
