@@ -36,5 +36,5 @@ ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the
 DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
 
-# A worker hands glibc's free heap back every this many seconds (gateway/worker/heap.py).
+# A worker hands glibc's free heap back every this many seconds (gateway/worker/malloc_trim.py).
 HEAP_TRIM_SECONDS = 5.0

@@ -19,7 +19,7 @@ from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker import hypercorn, reload
 from gateway.worker.app import create_app
-from gateway.worker.heap import Trimmer
+from gateway.worker.malloc_trim import Trimmer
 from gateway.worker.hub import Hub
 from shm import Ring
 from shm.segment import Handle
