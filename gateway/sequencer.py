@@ -25,7 +25,7 @@ from gateway.board import Board, Role
 from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
 from gateway.capsule.embedded import EmbeddedCapsule
 from gateway.capsule.upstream import UpstreamCapsule
-from gateway.capsule.writer import Capsule
+from gateway.capsule.interfaces import Capsule
 from gateway.config import Config
 from gateway.control import Op
 from gateway.metrics import Counters

@@ -20,7 +20,7 @@ from gateway import records
 from gateway.capsule import messages, paging, tck
 from gateway.capsule.sim import Refusal, ScenarioRunner
 from gateway.capsule.tasks import Registry, Task
-from gateway.capsule.writer import RingWriter
+from gateway.capsule.interfaces import RingWriter
 from gateway.config import Config
 from gateway.control import Op
 from gateway.protocol import events, states

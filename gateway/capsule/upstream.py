@@ -43,7 +43,7 @@ from gateway.capsule.resume import RESTARTED, SKIP, Resume
 from gateway.capsule.upstream_answers import (CREDENTIAL_STATUSES, AttachmentCache, credentials_refused,
                                               fetch_attachment, listed_tasks, opening_now, relayed,
                                               stream_opening, unreachable)
-from gateway.capsule.writer import RingWriter
+from gateway.capsule.interfaces import RingWriter
 from gateway.control import Op
 from gateway.protocol import events, states
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK, LIST_TASKS,
