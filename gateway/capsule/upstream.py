@@ -38,7 +38,7 @@ import orjson
 
 from gateway import logs, records
 from gateway.capsule import paging
-from gateway.capsule.client import Connection, Origin, UpstreamError, request
+from gateway.capsule.upstream_http import Connection, Origin, UpstreamError, request
 from gateway.capsule.resume import RESTARTED, SKIP, Resume
 from gateway.capsule.upstream_answers import (CREDENTIAL_STATUSES, AttachmentCache, credentials_refused,
                                               fetch_attachment, listed_tasks, opening_now, relayed,

@@ -24,7 +24,7 @@ import orjson
 
 from gateway import logs
 from gateway.capsule import paging
-from gateway.capsule.client import Connection, Origin, UpstreamError, request
+from gateway.capsule.upstream_http import Connection, Origin, UpstreamError, request
 from gateway.protocol.errors import ERRORS, INTERNAL_ERROR, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
 
