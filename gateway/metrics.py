@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from typing import Iterable
 
 from gateway import board
 from gateway.board import Role
@@ -158,35 +157,3 @@ def totals(blocks: CounterBlocks) -> list[int]:
         for i in range(WORDS):
             sums[i] += words[i]
     return [s if s < 1 << 63 else s - (1 << 64) for s in sums]
-
-
-def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
-    """prometheus-client metric families for the summed words, plus extra plain gauges."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily)
-
-    for name, (kind, help_text, label, values) in COUNTERS.items():
-        if kind == "pid":
-            continue
-        family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        family = family_cls(PREFIX + name, help_text, labels=[label] if label else [])
-        for value in values or ("",):
-            family.add_metric([value] if label else [], max(0, sums[OFFSETS[(name, value)]]))
-        yield family
-    for name, (help_text, label, values, buckets, scale) in HISTOGRAMS.items():
-        family = HistogramMetricFamily(PREFIX + name, help_text, labels=[label] if label else [])
-        for value in values:
-            base = OFFSETS[(name, value)]
-            running, cumulative = 0, []
-            for i, bound in enumerate(buckets):
-                running += sums[base + i]
-                cumulative.append((str(bound), running))
-            running += sums[base + len(buckets)]
-            cumulative.append(("+Inf", running))
-            family.add_metric([value] if label else [], cumulative,
-                              sum_value=sums[base + len(buckets) + 1] / scale)
-        yield family
-    for name, help_text, value in gauges:
-        family = GaugeMetricFamily(PREFIX + name, help_text)
-        family.add_metric([], value)
-        yield family
