@@ -134,7 +134,12 @@ class TokenRule:
 
 @dataclass(frozen=True)
 class Config:
-    """Every resolved setting. The options' defaults live in OPTIONS alone: `load` builds this."""
+    """Every resolved setting, built by `load`. A flag's default is its row in OPTIONS. A None
+    there is either off (no --upstream, no TLS) or a value found at start, by `load` (workers)
+    or where it is used (max-connections: gateway.capacity; listen-backlog:
+    `effective_listen_backlog`; client-request-burst: worker/limits.py; upstream-cacert:
+    gateway.tls), and DEFAULT_WORDS names it for --help. A TOML table's keys have their
+    defaults in Lifecycle and Inference."""
 
     bind: tuple[str, int]
     workers: int

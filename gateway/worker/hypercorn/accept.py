@@ -112,9 +112,6 @@ class BurstServer:
     def sockets(self) -> tuple[socket.socket, ...]:
         return () if self._sock is None else (self._sock,)
 
-    def is_serving(self) -> bool:
-        return self._serving
-
     def close(self) -> None:
         """Stop accepting and close this process's copy of the listening socket."""
         self._pause()
