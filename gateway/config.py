@@ -24,7 +24,7 @@ from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostpor
                                    parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
                                    parse_positive_int, parse_positive_seconds, parse_secret, parse_text,
                                    parse_url, shown, whole_number)
-from gateway.control_words import MAX_WORKERS
+from gateway.board import MAX_WORKERS
 from gateway.protocol.activation import METHODS
 
 
@@ -134,7 +134,12 @@ class TokenRule:
 
 @dataclass(frozen=True)
 class Config:
-    """Every resolved setting. The options' defaults live in OPTIONS alone: `load` builds this."""
+    """Every resolved setting, built by `load`. A flag's default is its row in OPTIONS. A None
+    there is either off (no --upstream, no TLS) or a value found at start, by `load` (workers)
+    or where it is used (max-connections: gateway.capacity; listen-backlog:
+    `effective_listen_backlog`; client-request-burst: worker/limits.py; upstream-cacert:
+    gateway.tls), and DEFAULT_WORDS names it for --help. A TOML table's keys have their
+    defaults in Lifecycle and Inference."""
 
     bind: tuple[str, int]
     workers: int
@@ -399,19 +404,3 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     return Config(**values, lifecycle=_section(data, "lifecycle", Lifecycle),
                   inference=_section(data, "inference", Inference), tokens=token_rules(data))
 
-
-# Adaptive write coalescing (gateway/worker/coalesce.py): when the hub's pass over its open
-# streams fills a large share of the time between passes, the next pass waits a little so
-# each write carries more events; the wait falls back to 0 when the share drops. The cap
-# bounds the latency it adds (nchan's p99 is about 100 ms at 1,000 watchers x 100 events/s).
-COALESCE_BUSY_SHARE = 0.30   # pass / interval at or above which the delay grows
-COALESCE_IDLE_SHARE = 0.10   # at or below which it shrinks
-COALESCE_STEP_SECONDS = 0.001  # added per busy pass
-COALESCE_DECAY = 0.5         # the delay kept per light pass
-COALESCE_FLOOR_SECONDS = 0.0005  # a shrunk delay under this is 0: light loads go out at once
-COALESCE_MAX_SECONDS = 0.015  # never more
-# A wake-up finding this many events not yet copied passes at once, delay or not: a burst
-# must not carry a stream toward the 128-event lag limit (or the ring's end) while it waits.
-COALESCE_MAX_EVENTS = 32
-# A worker hands glibc's free heap back every this many seconds (gateway/worker/heap.py).
-HEAP_TRIM_SECONDS = 5.0

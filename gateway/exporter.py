@@ -13,27 +13,29 @@ import signal
 import socket
 import threading
 from http.server import ThreadingHTTPServer
+from typing import Iterable
 
 from prometheus_client import CollectorRegistry, MetricsHandler
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from gateway import control_words, metrics, procstat
+from gateway import metrics, procstat
+from gateway.board import Board
 from shm import CounterBlocks, Ring
 from shm.segment import Handle
 
 
 class GatewayCollector:
     def __init__(self, blocks: CounterBlocks, ring: Ring):
-        self.blocks, self.ring = blocks, ring
+        self.blocks, self.ring, self.board = blocks, ring, Board(ring.control)
 
     def collect(self):
-        words = self.ring.control
         yield from self._processes()
-        yield from metrics.families(metrics.totals(self.blocks), [
+        yield from families(metrics.totals(self.blocks), [
             ("ring_head_id", "Id of the newest event in the ring.", self.ring.head),
             ("ring_oldest_id", "Id of the oldest event still in the ring (replay buffer).", self.ring.oldest),
             ("upstream_connected", "1 while the capsule (embedded or upstream) is connected.",
-             1 if words[control_words.UPSTREAM_CONNECTED] else 0),
-            *self._tls_expiry(words[control_words.TLS_EXPIRY]),
+             int(self.board.upstream_connected)),
+            *self._tls_expiry(self.board.tls_expiry),
         ])
 
     @staticmethod
@@ -44,8 +46,6 @@ class GatewayCollector:
 
 
     def _processes(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
         cpu = CounterMetricFamily(metrics.PREFIX + "process_cpu_seconds",
                                   "CPU seconds each gateway process used.", labels=["process"])
         rss = GaugeMetricFamily(metrics.PREFIX + "process_resident_memory_bytes",
@@ -57,6 +57,36 @@ class GatewayCollector:
                 rss.add_metric([label], found[1])
         yield cpu
         yield rss
+
+
+def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
+    """prometheus-client metric families for the summed words (metrics.py's layout), plus
+    extra plain gauges: built here, in the one process that serves them."""
+    for name, (kind, help_text, label, values) in metrics.COUNTERS.items():
+        if kind == "pid":
+            continue
+        family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        family = family_cls(metrics.PREFIX + name, help_text, labels=[label] if label else [])
+        for value in values or ("",):
+            family.add_metric([value] if label else [], max(0, sums[metrics.OFFSETS[(name, value)]]))
+        yield family
+    for name, (help_text, label, values, buckets, scale) in metrics.HISTOGRAMS.items():
+        family = HistogramMetricFamily(metrics.PREFIX + name, help_text, labels=[label] if label else [])
+        for value in values:
+            base = metrics.OFFSETS[(name, value)]
+            running, cumulative = 0, []
+            for i, bound in enumerate(buckets):
+                running += sums[base + i]
+                cumulative.append((str(bound), running))
+            running += sums[base + len(buckets)]
+            cumulative.append(("+Inf", running))
+            family.add_metric([value] if label else [], cumulative,
+                              sum_value=sums[base + len(buckets) + 1] / scale)
+        yield family
+    for name, help_text, value in gauges:
+        family = GaugeMetricFamily(metrics.PREFIX + name, help_text)
+        family.add_metric([], value)
+        yield family
 
 
 class MetricsServer(ThreadingHTTPServer):

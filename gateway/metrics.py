@@ -5,19 +5,22 @@ processes' files forever (docs/architecture.md, "Why it is built this way"). Her
 is a plain 8-byte add into the process's own block (one writer per block, so no atomics),
 and the exporter's collector reads every block at scrape time. Every series exists, at zero, from start-up.
 
-Block 0 is the sequencer's, block 1 the supervisor's, blocks 2.. the workers' (by worker
-slot). A restarted worker's block is folded into the supervisor's retired totals first, so
-counters stay monotonic, and then cleared.
+Which process owns which block is the board's (gateway/board.py); what each word of a block
+counts is here. A restarted worker's block is folded into the supervisor's retired totals
+first, so counters stay monotonic, and then cleared.
 """
 
 from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from typing import Iterable
 
+from gateway import board
+from gateway.board import Role
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.errors import ERRORS
+from gateway.protocol.lag import LAG_LIMIT
+from gateway.stall import PULSE_SECONDS
 from gateway.worker.problem import REFUSAL_REASONS
 from shm import CounterBlocks
 
@@ -25,7 +28,7 @@ PREFIX = "murgw_"
 ENDPOINTS = (WATCH_SESSION, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK)
 REPLAY_OUTCOMES = ("replayed", "gap", "none")
 JSONRPC_CODES = tuple(str(code) for code in ERRORS)  # every code the gateway can answer
-LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+LAG_BUCKETS = (0,) + tuple(1 << i for i in range(board.RING_SLOTS.bit_length()))  # 0, 1, 2, 4 .. the ring's slots
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MICRO = 1_000_000
 LIMITS = ("client_streams", "client_rate", "token_streams")  # the door's 429s (worker/limits.py)
@@ -39,7 +42,7 @@ COUNTERS = {
     "events_delivered": ("counter", "Numbered events written to connections.", "endpoint", ENDPOINTS),
     "sends": ("counter", "Batched writes to connections (one per wake-up per connection).",
               "endpoint", ENDPOINTS),
-    "events_lost_to_lag": ("counter", "Ring events connections skipped under the 128-event lag limit.",
+    "events_lost_to_lag": ("counter", f"Ring events connections skipped under the {LAG_LIMIT}-event lag limit.",
                            "endpoint", ENDPOINTS),
     "lagged_frames": ("counter", "lagged frames written.", "endpoint", ENDPOINTS),
     "replays": ("counter", "Stream openings by replay outcome.", "outcome", REPLAY_OUTCOMES),
@@ -59,8 +62,8 @@ HISTOGRAMS = {
                           "endpoint", ENDPOINTS, LAG_BUCKETS, 1),
     "heartbeat_jitter_seconds": ("Actual minus scheduled heartbeat write time.",
                                  None, ("",), JITTER_BUCKETS, MICRO),
-    "loop_stall_seconds": ("How late each worker's 0.25 s stall pulse ran: time its event loop "
-                           "went without a turn.", None, ("",), JITTER_BUCKETS, MICRO),
+    "loop_stall_seconds": (f"How late each worker's {PULSE_SECONDS:g} s stall pulse ran: "
+                           "time its event loop went without a turn.", None, ("",), JITTER_BUCKETS, MICRO),
 }
 
 
@@ -78,23 +81,12 @@ def _layout() -> tuple[dict, int]:
 
 
 OFFSETS, WORDS = _layout()
-SEQUENCER_BLOCK, SUPERVISOR_BLOCK, FIRST_WORKER_BLOCK = 0, 1, 2
-
-
-def block_index(role: str, worker: int = 0) -> int:
-    return {"sequencer": SEQUENCER_BLOCK, "supervisor": SUPERVISOR_BLOCK}.get(role, FIRST_WORKER_BLOCK + worker)
-
-
-def block_name(index: int) -> str:
-    """The `process` label of a block's owner."""
-    return {SEQUENCER_BLOCK: "sequencer", SUPERVISOR_BLOCK: "supervisor"}.get(
-        index, f"worker-{index - FIRST_WORKER_BLOCK}")
 
 
 def pids(blocks: CounterBlocks) -> list[tuple[str, int]]:
     """(process label, pid) of every block whose owner recorded its pid."""
     offset = OFFSETS[("pid", "")]
-    return [(block_name(b), blocks.block(b)[offset]) for b in range(blocks.blocks)
+    return [(board.block_name(b), blocks.block(b)[offset]) for b in range(blocks.blocks)
             if blocks.block(b)[offset]]
 
 
@@ -106,9 +98,10 @@ class Counters:
         self.words = blocks.block(index)
 
     @classmethod
-    def attach(cls, where, role: str, worker: int) -> "Counters":
-        """Attach to this process's block and record its pid there for the exporter."""
-        counters = cls(CounterBlocks.attach(where), block_index(role, worker))
+    def attach(cls, where, role: Role, worker: int = 0) -> "Counters":
+        """Attach to this process's block (gateway/board.py: an unknown role or worker is an
+        error) and record its pid there for the exporter."""
+        counters = cls(CounterBlocks.attach(where), board.block_index(role, worker))
         counters.words[OFFSETS[("pid", "")]] = os.getpid()
         return counters
 
@@ -130,7 +123,7 @@ class Counters:
         connections compares its load with its siblings', process.py)."""
         offsets = [OFFSETS[("connections_open", endpoint)] for endpoint in ENDPOINTS]
         return [sum(self._blocks.block(b)[o] for o in offsets)
-                for b in range(FIRST_WORKER_BLOCK, self._blocks.blocks)]
+                for b in board.worker_blocks(self._blocks.blocks)]
 
     def close(self) -> None:
         self._blocks.close()  # releases every view of the block, ours included
@@ -138,7 +131,7 @@ class Counters:
 
 def create_blocks(name: str, workers: int) -> CounterBlocks:
     """The session's counter segment: a memfd, handed to each child by its handle."""
-    return CounterBlocks.create(name, FIRST_WORKER_BLOCK + workers, WORDS, anonymous=True)
+    return CounterBlocks.create(name, board.block_count(workers), WORDS, anonymous=True)
 
 
 def retire_worker(blocks: CounterBlocks, worker: int) -> None:
@@ -146,13 +139,14 @@ def retire_worker(blocks: CounterBlocks, worker: int) -> None:
 
     Gauges (open connections) are not folded: the dead worker's connections are gone.
     """
-    dead, keep = blocks.block(FIRST_WORKER_BLOCK + worker), blocks.block(SUPERVISOR_BLOCK)
+    dead_block = board.block_index(Role.WORKER, worker)
+    dead, keep = blocks.block(dead_block), blocks.block(board.SUPERVISOR_BLOCK)
     gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k in ("gauge", "pid")
               for v in vals or ("",)}
     for i in range(WORDS):
         if i not in gauges:
             keep[i] += dead[i]
-    blocks.clear_block(FIRST_WORKER_BLOCK + worker)
+    blocks.clear_block(dead_block)
 
 
 def totals(blocks: CounterBlocks) -> list[int]:
@@ -163,35 +157,3 @@ def totals(blocks: CounterBlocks) -> list[int]:
         for i in range(WORDS):
             sums[i] += words[i]
     return [s if s < 1 << 63 else s - (1 << 64) for s in sums]
-
-
-def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
-    """prometheus-client metric families for the summed words, plus extra plain gauges."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily)
-
-    for name, (kind, help_text, label, values) in COUNTERS.items():
-        if kind == "pid":
-            continue
-        family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-        family = family_cls(PREFIX + name, help_text, labels=[label] if label else [])
-        for value in values or ("",):
-            family.add_metric([value] if label else [], max(0, sums[OFFSETS[(name, value)]]))
-        yield family
-    for name, (help_text, label, values, buckets, scale) in HISTOGRAMS.items():
-        family = HistogramMetricFamily(PREFIX + name, help_text, labels=[label] if label else [])
-        for value in values:
-            base = OFFSETS[(name, value)]
-            running, cumulative = 0, []
-            for i, bound in enumerate(buckets):
-                running += sums[base + i]
-                cumulative.append((str(bound), running))
-            running += sums[base + len(buckets)]
-            cumulative.append(("+Inf", running))
-            family.add_metric([value] if label else [], cumulative,
-                              sum_value=sums[base + len(buckets) + 1] / scale)
-        yield family
-    for name, help_text, value in gauges:
-        family = GaugeMetricFamily(PREFIX + name, help_text)
-        family.add_metric([], value)
-        yield family

@@ -20,11 +20,12 @@ import signal
 import socket
 import time
 
-from gateway import control, control_words, logs, records
+from gateway import control, logs, records
+from gateway.board import Board, Role
 from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
 from gateway.capsule.embedded import EmbeddedCapsule
 from gateway.capsule.upstream import UpstreamCapsule
-from gateway.capsule.writer import Capsule
+from gateway.capsule.interfaces import Capsule
 from gateway.config import Config
 from gateway.control import Op
 from gateway.metrics import Counters
@@ -37,6 +38,7 @@ class Sequencer:
     def __init__(self, config: Config, ring: Ring, wake_socks: list[socket.socket],
                  counters: Counters):
         self.ring = ring
+        self.board = Board(ring.control)
         self.wake_socks = wake_socks
         self.counters = counters
         self.capsule: Capsule = (
@@ -70,10 +72,9 @@ class Sequencer:
     def _wake(self, everyone: bool) -> None:
         """One byte to each worker that armed itself (or to all, for a session change)."""
         self._wake_pending = False
-        words = self.ring.control
         for index, sock in enumerate(self.wake_socks):
-            if everyone or words[control_words.ARMED + index]:
-                words[control_words.ARMED + index] = 0
+            armed = self.board.take_armed(index)
+            if everyone or armed:
                 try:
                     sock.send(b"\x01")
                 except (BlockingIOError, OSError):
@@ -82,19 +83,19 @@ class Sequencer:
     def new_session(self) -> None:
         self.ring.reset()
         self.next_id = 1
-        self.ring.control[control_words.SESSION_CLOSED] = 0
+        self.board.session_closed = 0
         self._wake(True)
 
     def close_session(self) -> None:
-        self.ring.control[control_words.SESSION_CLOSED] = self.next_id
+        self.board.session_closed = self.next_id
         self.set_connected(False)
         self._wake(True)
 
     def set_connected(self, up: bool) -> None:
-        self.ring.control[control_words.UPSTREAM_CONNECTED] = 1 if up else 0
+        self.board.upstream_connected = up
 
     def set_conversation(self, mode: str) -> None:
-        self.ring.control[control_words.UPSTREAM_THREADED] = int(mode == "threaded")
+        self.board.upstream_threaded = mode == "threaded"
 
     # --- control calls from workers ---
 
@@ -146,17 +147,17 @@ class Sequencer:
 
     def _reload(self, held: Holdings, p: dict) -> dict:
         self.settings = p["settings"]
-        self.ring.control[control_words.CONFIG_GENERATION] += 1
+        self.board.config_generation += 1
         return self._settings(held, p)
 
     def _settings(self, held: Holdings, p: dict) -> dict:
-        return {"generation": self.ring.control[control_words.CONFIG_GENERATION], "settings": self.settings}
+        return {"generation": self.board.config_generation, "settings": self.settings}
 
 
 async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, control_path: str,
                 wake_socks: list[socket.socket]) -> None:
     ring = Ring.attach(ring_segment)
-    counters = Counters.attach(counters_segment, "sequencer", 0)
+    counters = Counters.attach(counters_segment, Role.SEQUENCER)
     sequencer = Sequencer(config, ring, wake_socks, counters)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -164,14 +165,14 @@ async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, 
     server = await asyncio.start_unix_server(
         sequencer.serve_worker, path=control_path)
     sequencer.capsule.start()
-    ring.control[control_words.SEQUENCER_PID] = os.getpid()
+    sequencer.board.sequencer_pid = os.getpid()
     sequencer.log.info("sequencer ready", control=control_path)
     try:
         await stop.wait()
     finally:
         sequencer.stopped = True
         sequencer.capsule.close()
-        ring.control[control_words.SEQUENCER_PID] = 0
+        sequencer.board.sequencer_pid = 0
         server.close()
         counters.close()
         ring.close()

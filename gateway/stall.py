@@ -1,6 +1,6 @@
 """A stuck worker is replaced: a heartbeat word per worker that its event loop bumps.
 
-Each worker bumps ``control_words.LOOP_BEAT + index`` in the ring's control area every
+Each worker bumps its beat word (``board.LOOP_BEAT + index``, gateway/board.py) every
 PULSE_SECONDS from a timer on its event loop (`start_pulse`), and its hub bumps the same word
 as it makes progress (a pass's streams written, a catch-up run, an opening served:
 gateway/worker/hub.py): the word moves while the loop turns or the worker writes, so a worker
@@ -32,7 +32,8 @@ import os
 import signal
 from typing import Callable
 
-from gateway import control_words, procstat
+from gateway import procstat
+from gateway.board import Board
 
 PULSE_SECONDS = 0.25
 STARTUP_SECONDS = 30.0
@@ -40,10 +41,10 @@ STOPPED_STATES = ("T", "t")
 TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
 
 
-def start_pulse(words, index: int, late: Callable[[float], None] = lambda seconds: None) -> Pulse:
+def start_pulse(board: Board, index: int, late: Callable[[float], None] = lambda seconds: None) -> Pulse:
     """Bump worker `index`'s beat word now and every PULSE_SECONDS, until ``cancel``; `late`
     is told, at each beat, how many seconds past its due time it ran (the loop's stall)."""
-    pulse = Pulse(words, control_words.LOOP_BEAT + index, late)
+    pulse = Pulse(board, index, late)
     pulse.beat()
     _install_test_hang(asyncio.get_running_loop())
     return pulse
@@ -52,12 +53,12 @@ def start_pulse(words, index: int, late: Callable[[float], None] = lambda second
 class Pulse:
     """The worker's side: one timer on its event loop, one u64 it alone writes."""
 
-    def __init__(self, words, slot: int, late: Callable[[float], None]):
-        self.words, self.slot, self.late = words, slot, late
+    def __init__(self, board: Board, index: int, late: Callable[[float], None]):
+        self.board, self.index, self.late = board, index, late
         self.timer: asyncio.TimerHandle | None = None
 
     def beat(self) -> None:
-        self.words[self.slot] += 1
+        self.board.beat(self.index)
         loop = asyncio.get_running_loop()
         if self.timer is not None:
             self.late(max(0.0, loop.time() - self.timer.when()))
@@ -71,17 +72,17 @@ class Pulse:
 class StallWatch:
     """The supervisor's view of every worker's beat word."""
 
-    def __init__(self, words, timeout: float):
-        self.words, self.timeout = words, timeout
+    def __init__(self, board: Board, timeout: float):
+        self.board, self.timeout = board, timeout
         self._last: dict[int, tuple[int, float, bool]] = {}  # index -> (word, since, has beaten)
 
     def started(self, index: int, now: float) -> None:
         """A new process serves slot `index`: the word's value now is its baseline."""
-        self._last[index] = (self.words[control_words.LOOP_BEAT + index], now, False)
+        self._last[index] = (self.board.beats(index), now, False)
 
     def stuck(self, index: int, pid: int, now: float) -> bool:
         """True when slot `index`'s loop has not turned for the timeout (0: never)."""
-        word = self.words[control_words.LOOP_BEAT + index]
+        word = self.board.beats(index)
         value, since, beaten = self._last.get(index, (word, now, False))
         if word != value:
             self._last[index] = (word, now, True)

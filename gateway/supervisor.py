@@ -30,7 +30,7 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import banner, capacity, config_reload, control, control_words, exporter, lifeline, logs
+from gateway import banner, board, capacity, config_reload, control, exporter, lifeline, logs
 from gateway import metrics, proctitle, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
@@ -121,9 +121,11 @@ class Supervisor:
         # Segments are memfds and the control socket is abstract: nothing has a path, so
         # nothing can outlive the processes, whatever kills them (shm.segment, lifeline).
         base = f"murgw-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-        self.ring = Ring.create(base + "-ring", control_words=control_words.COUNT, anonymous=True)
+        self.ring = Ring.create(base + "-ring", slots=board.RING_SLOTS, control_words=board.CONTROL_WORDS,
+                                anonymous=True)
+        self.board = board.Board(self.ring.control)
         self.blocks = metrics.create_blocks(base + "-metrics", config.workers)
-        self.counters = metrics.Counters(self.blocks, metrics.SUPERVISOR_BLOCK)
+        self.counters = metrics.Counters(self.blocks, board.SUPERVISOR_BLOCK)
         self.counters.add("pid", os.getpid())
         self.control_path = "\0" + base + ".sock"
         self.wake = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(config.workers)]
@@ -134,7 +136,7 @@ class Supervisor:
         self.sequencer: multiprocessing.Process | None = None
         self.exporter: multiprocessing.Process | None = None
         self.restarts = 0
-        self.stalls = stall.StallWatch(self.ring.control, config.worker_stall_timeout)
+        self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
         self.stopping = False
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
@@ -168,7 +170,7 @@ class Supervisor:
         scheme = "http"
         if tls.enabled(self.config.certfile, self.config.keyfile):
             scheme = "https"  # and the exporter's expiry gauge, read once here
-            self.ring.control[control_words.TLS_EXPIRY] = tls.not_after(self.config.certfile) or 0
+            self.board.tls_expiry = tls.not_after(self.config.certfile) or 0
         listening = url_of(self.listener, scheme)
         print(f"listening on {listening}", flush=True)
         metrics_url = None
@@ -270,7 +272,7 @@ class Supervisor:
 
     def drain(self) -> None:
         """Close every stream and stop every process (the memfd segments go with the last of them)."""
-        self.ring.control[control_words.CLOSING] = 1
+        self.board.closing = True
         for proc in self.workers:
             if proc is not None and proc.is_alive():
                 proc.terminate()

@@ -48,7 +48,7 @@ def certificate_problem(certfile: str | None, keyfile: str | None) -> str | None
 def upstream_context(cacert: str | None) -> ssl.SSLContext:
     """The client context an https:// upstream is verified with: only --upstream-cacert's
     CAs when it is set, else the system store; hostname checking on. ALPN offers only
-    http/1.1: the link speaks HTTP/1.1 (capsule/client.py)."""
+    http/1.1: the link speaks HTTP/1.1 (capsule/upstream_http.py)."""
     context = ssl.create_default_context(cafile=cacert)
     context.set_alpn_protocols(["http/1.1"])
     return context

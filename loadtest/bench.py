@@ -65,8 +65,9 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from gateway import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
-from loadtest import procstat, wire  # noqa: E402
+from loadtest import wire  # noqa: E402
 
 PYTHON = sys.executable
 NCHAN_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"

@@ -43,7 +43,8 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from loadtest import bench, procstat  # noqa: E402
+from gateway import procstat  # noqa: E402
+from loadtest import bench  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
 from loadtest.storm import StormGateway, histogram_over, scrape  # noqa: E402

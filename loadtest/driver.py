@@ -48,7 +48,7 @@ import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from loadtest import procstat  # noqa: E402
+from gateway import procstat  # noqa: E402
 
 MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")
 MURMUR_MARKS = re.compile(

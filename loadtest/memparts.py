@@ -47,6 +47,7 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from gateway.board import RING_SLOTS  # noqa: E402  (the events each worker's window keeps)
 from loadtest.bench import free_port, stop, wait_for_port  # noqa: E402
 from loadtest.csse_client import newest_id  # noqa: E402
 from loadtest.driver import build_request, raise_nofile  # noqa: E402
@@ -119,7 +120,6 @@ def _memparts_watch(folder):
 if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
-WINDOW_SLOTS = 512  # shm.Ring.DEFAULT_SLOTS: the events each worker keeps
 # first match wins: the gateway's own adapter before hypercorn's package
 PARTS = (("gateway.worker.stream", "gateway/worker/stream.py"), ("gateway.worker.hub", "gateway/worker/hub.py"),
          ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
@@ -242,7 +242,7 @@ def measure(args, scenario: str, trace: bool) -> dict:
         wait_served(gateway.url)
         # under load, the baseline waits for the worker's window to fill, so the window's
         # entries (a fixed cost) are not counted per watcher
-        time.sleep(WINDOW_SLOTS / rate + 1.0 if rate else 1.0)
+        time.sleep(RING_SLOTS / rate + 1.0 if rate else 1.0)
         before, snap_before = gateway.dump()
         before_snapshot = tracemalloc.Snapshot.load(snap_before) if snap_before else None
         resume_from = 0  # idle: nothing to replay (and no probe stream left in the census)

@@ -58,7 +58,7 @@ def run(record_bytes: int, readers: int) -> tuple[float, list[tuple[int, int, fl
     """(records written a second, each reader's (records read, records lost, seconds))."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    ring = Ring.create(f"murgw-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    ring = Ring.create(f"murgw-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}", control_words=READY + readers)
     processes = [context.Process(target=follow, args=(ring.name, i, results), daemon=True)
                  for i in range(readers)]
     try:

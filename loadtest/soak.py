@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from loadtest import procstat
+from gateway import procstat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -58,7 +58,8 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from loadtest import bench, procstat  # noqa: E402
+from gateway import procstat  # noqa: E402
+from loadtest import bench  # noqa: E402
 from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
                              quantiles, raise_nofile)
 

@@ -80,7 +80,6 @@ class Record(NamedTuple):
 class Ring:
     DEFAULT_SLOTS = 512
     DEFAULT_ARENA = 64 << 20
-    DEFAULT_CONTROL_WORDS = 64
 
     def __init__(self, segment: Segment, *, owner: bool) -> None:
         """Map an initialised segment; use ``create`` or ``attach``."""
@@ -107,10 +106,12 @@ class Ring:
         self._live: deque[tuple[int, int]] | None = None  # the writer's (id, pos), oldest first
 
     @classmethod
-    def create(cls, name: str, *, slots: int = DEFAULT_SLOTS, arena_bytes: int = DEFAULT_ARENA,
-               control_words: int = DEFAULT_CONTROL_WORDS, anonymous: bool = False) -> Ring:
+    def create(cls, name: str, *, control_words: int, slots: int = DEFAULT_SLOTS,
+               arena_bytes: int = DEFAULT_ARENA, anonymous: bool = False) -> Ring:
         """A new, empty ring at epoch 1, owned by this process; ``anonymous``: in a memfd
-        (``shm.segment``), attached by ``handle`` rather than by name."""
+        (``shm.segment``), attached by ``handle`` rather than by name. ``control_words`` has
+        no default: the ring never touches them, so only its user knows how many it needs
+        (the gateway's: gateway/board.py)."""
         check_platform()
         if slots < 1 or arena_bytes < 4 or control_words < 0:
             raise ValueError(f"bad ring geometry: {slots} slots, {arena_bytes} arena bytes, "

@@ -194,11 +194,11 @@ def shm_bytes_per_gateway(workers: int) -> int:
     """The shared memory a gateway with `workers` workers allocates: its ring and counter
     memfds, created as the supervisor creates them, measured (fstat of each memfd) and
     closed. They have no path; their pages are shmem, counted in the container's memory."""
-    from gateway import control_words, metrics
+    from gateway import board, metrics
     from shm import Ring
 
     base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"
-    ring = Ring.create(base + "-ring", control_words=control_words.COUNT, anonymous=True)
+    ring = Ring.create(base + "-ring", control_words=board.CONTROL_WORDS, anonymous=True)
     blocks = metrics.create_blocks(base + "-metrics", workers)
     try:
         return sum(os.fstat(segment.handle.fd).st_size for segment in (ring, blocks))

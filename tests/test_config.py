@@ -101,13 +101,13 @@ def test_cli_refuses_at_start_with_one_line(tmp_path):
      "--client-request-burst: takes effect only with --client-request-rate (a rate above 0), which is not set"),
 ])
 def test_a_value_error_is_one_line_in_words(argv, env, line):
-    from gateway.control_words import MAX_WORKERS
+    from gateway.board import MAX_WORKERS
 
     assert refusal(*argv, env=env) == line.format(MAX_WORKERS=MAX_WORKERS)
 
 
 def test_more_workers_than_the_ring_has_control_words_for_stops_the_start():
-    from gateway.control_words import MAX_WORKERS
+    from gateway.board import MAX_WORKERS
 
     assert refusal("--workers", str(MAX_WORKERS + 1)) == (
         f"--workers: '{MAX_WORKERS + 1}' is out of range; it accepts 1 to {MAX_WORKERS} "
@@ -169,7 +169,7 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
 ])
 def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
     """A typo must never pass in silence: in [network.authentication] it would open the door."""
-    from gateway.control_words import MAX_WORKERS
+    from gateway.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"
     path.write_text(toml)

@@ -1,4 +1,4 @@
-"""gateway/worker/heap.py: the worker's free heap is trimmed again and again, on glibc."""
+"""gateway/worker/malloc_trim.py: the worker's free heap is trimmed again and again, on glibc."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from gateway.worker.heap import Trimmer
+from gateway.worker.malloc_trim import Trimmer
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

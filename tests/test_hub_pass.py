@@ -14,7 +14,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from gateway import control_words, records
+from gateway import board, records
 from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
@@ -120,7 +120,7 @@ class FakeControl:
 @pytest.fixture
 def ring():
     """A memfd ring (no file in /dev/shm), so even a test process killed mid-test leaves nothing."""
-    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=control_words.COUNT,
+    ring = Ring.create(f"murgw-{os.getpid()}-hubtest-{next(_names)}", control_words=board.CONTROL_WORDS,
                        anonymous=True)
     try:
         yield ring
@@ -358,7 +358,7 @@ def test_the_session_end_reaches_every_stream(ring):
         sinks = [FakeSink(), FakeSink()]
         tasks = [await bench.open(watcher(), sinks[0]), await bench.open(subscriber(), sinks[1])]
         bench.frames(2)
-        ring.control[control_words.SESSION_CLOSED] = bench.next_id
+        ring.control[board.SESSION_CLOSED] = bench.next_id
         bench.hub.sync()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
         assert sinks[0].ids() == [1, 2, None] and b'"capsule-closed"' in sinks[0].writes[-1]

@@ -15,7 +15,7 @@ from support import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
 # The upstream link's HTTP client (in the sequencer, not the worker) uses h11's public API.
-H11_CLIENT = pathlib.Path(ROOT, "gateway", "capsule", "client.py")
+H11_CLIENT = pathlib.Path(ROOT, "gateway", "capsule", "upstream_http.py")
 
 
 def test_the_internals_the_adapter_follows_are_where_it_expects():

@@ -29,8 +29,8 @@ import urllib.request
 import pytest
 import uvloop
 
+from gateway import tuning
 from gateway.config import somaxconn
-from gateway.worker import process
 from gateway.worker.hypercorn import accept
 from gateway.protocol.parser import SSEParser
 from gateway.protocol.uris import STREAM_URI
@@ -175,7 +175,7 @@ def test_listen_backlog_is_the_configured_value_never_above_somaxconn():
                    for rec in gateway.logs())
 
 
-@pytest.mark.skipif(somaxconn() < accept.ACCEPT_BURST + 72, reason="the accept queue must hold the whole burst")
+@pytest.mark.skipif(somaxconn() < tuning.ACCEPT_BURST + 72, reason="the accept queue must hold the whole burst")
 def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
     """One readable event of the listening socket accepts ACCEPT_BURST connections (libuv's
     own server accepts one per loop iteration), the next takes the rest."""
@@ -199,10 +199,10 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
         server = await asyncio.get_running_loop().create_server(Counting, sock=listener, backlog=512)
         assert isinstance(server, accept.BurstServer)
         server._pause()  # the test says when the socket is read
-        clients = [socket.create_connection(listener.getsockname()) for _ in range(accept.ACCEPT_BURST + extra)]
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(tuning.ACCEPT_BURST + extra)]
         try:
             counts = []
-            for expected in (accept.ACCEPT_BURST, accept.ACCEPT_BURST + extra):
+            for expected in (tuning.ACCEPT_BURST, tuning.ACCEPT_BURST + extra):
                 server._accept()
                 await settle(expected)  # the connections one call accepted, made (never more)
                 counts.append(len(made))
@@ -214,7 +214,7 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
             for client in clients:
                 client.close()
 
-    assert uvloop.run(main(), loop_factory=accept.Loop) == [accept.ACCEPT_BURST, accept.ACCEPT_BURST + extra]
+    assert uvloop.run(main(), loop_factory=accept.Loop) == [tuning.ACCEPT_BURST, tuning.ACCEPT_BURST + extra]
 
 
 def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):
@@ -228,4 +228,4 @@ def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):
             for stream in streams:
                 stream.close()
     counts = sorted(served.count(pid) for pid in set(served))
-    assert len(counts) == 2 and counts[0] >= 15 - process.BALANCE_SLACK - 2, counts
+    assert len(counts) == 2 and counts[0] >= 15 - tuning.BALANCE_SLACK - 2, counts

@@ -9,6 +9,8 @@ import pytest
 from shm import CounterBlocks, Record, RecordTooLarge, Ring, check_platform
 from shm.segment import SHM_DIR, Segment
 
+CONTROL_WORDS = 64  # what these rings reserve for their users (the ring never touches them)
+
 
 def unique_name(kind: str) -> str:
     return f"murgw-test-{os.getpid()}-{uuid.uuid4().hex[:12]}-{kind}"
@@ -23,7 +25,7 @@ def ring_name():
 
 @pytest.fixture
 def ring(ring_name):
-    ring = Ring.create(ring_name)
+    ring = Ring.create(ring_name, control_words=CONTROL_WORDS)
     try:
         yield ring
     finally:
@@ -32,7 +34,7 @@ def ring(ring_name):
 
 
 def test_create_attach_close_unlink_leaves_nothing_in_dev_shm(ring_name):
-    ring = Ring.create(ring_name)
+    ring = Ring.create(ring_name, control_words=CONTROL_WORDS)
     reader = Ring.attach(ring_name)
     ring.close()
     reader.close()
@@ -44,7 +46,7 @@ def test_create_attach_close_unlink_leaves_nothing_in_dev_shm(ring_name):
 
 def test_a_second_create_of_the_same_name_fails(ring):
     with pytest.raises(FileExistsError):
-        Ring.create(ring.name)
+        Ring.create(ring.name, control_words=CONTROL_WORDS)
 
 
 def test_attach_rejects_a_segment_that_is_not_a_ring(ring_name):
@@ -67,7 +69,7 @@ def test_only_the_owner_unlinks(ring):
 
 
 def test_closed_ring_views_cannot_touch_the_memory(ring_name):
-    ring = Ring.create(ring_name)
+    ring = Ring.create(ring_name, control_words=CONTROL_WORDS)
     control = ring.control
     ring.close()
     ring.unlink()
@@ -114,7 +116,7 @@ def test_the_slots_keep_the_last_512_ids(ring):
 
 
 def test_large_records_evict_from_the_arena_before_their_slot_is_reused(ring_name):
-    ring = Ring.create(ring_name, arena_bytes=1 << 20)
+    ring = Ring.create(ring_name, arena_bytes=1 << 20, control_words=CONTROL_WORDS)
     try:
         big = 200 << 10  # five fit in 1 MiB, never six
         for id in range(1, 11):
@@ -130,7 +132,7 @@ def test_large_records_evict_from_the_arena_before_their_slot_is_reused(ring_nam
 
 
 def test_a_record_over_a_quarter_of_the_arena_is_refused_whole(ring_name):
-    ring = Ring.create(ring_name, arena_bytes=1 << 20)
+    ring = Ring.create(ring_name, arena_bytes=1 << 20, control_words=CONTROL_WORDS)
     try:
         ring.append(1, 0, 0, b"a")
         with pytest.raises(RecordTooLarge, match=r"record 2 holds 262145 bytes; .* at most 262144"):
@@ -239,7 +241,7 @@ def test_the_ring_refuses_a_weakly_ordered_machine(monkeypatch, ring_name):
     with pytest.raises(RuntimeError, match="this machine is aarch64: refusing to start"):
         check_platform()
     with pytest.raises(RuntimeError, match="x86-64 store ordering"):
-        Ring.create(ring_name)
+        Ring.create(ring_name, control_words=CONTROL_WORDS)
     assert not os.path.exists(os.path.join(SHM_DIR, ring_name))
 
 

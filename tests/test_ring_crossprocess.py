@@ -68,7 +68,8 @@ def follow(name: str, index: int, results) -> None:
 def test_readers_racing_a_writer_never_see_a_torn_record():
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    ring = Ring.create(f"murgw-test-{os.getpid()}-{uuid.uuid4().hex[:12]}-race", arena_bytes=ARENA)
+    ring = Ring.create(f"murgw-test-{os.getpid()}-{uuid.uuid4().hex[:12]}-race", arena_bytes=ARENA,
+                       control_words=READY + READERS)
     readers = [context.Process(target=follow, args=(ring.name, i, results), daemon=True)
                for i in range(READERS)]
     try:

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from gateway.capsule.messages import UserMessage
 from gateway.capsule.tasks import Task
-from gateway.capsule.writer import Emitter
+from gateway.capsule.interfaces import Emitter
 from gateway.config import Config
 from gateway.protocol import events, states
 

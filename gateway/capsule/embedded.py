@@ -1,6 +1,6 @@
 """The embedded capsule: the control operations a worker's calls reach when no upstream is set.
 
-It owns the task registry and the scenario runner (sim.py), answers each control call
+It owns the task registry and the scenario runner (runner.py), answers each control call
 (`operations`, the same table upstream.py answers in upstream mode) and turns each event a
 scenario emits into encoded bytes for the ring. The sequencer numbers and writes them
 (`RingWriter`); nothing here knows ids or the ring.
@@ -18,9 +18,9 @@ import orjson
 
 from gateway import records
 from gateway.capsule import messages, paging, tck
-from gateway.capsule.sim import Refusal, ScenarioRunner
+from gateway.capsule.runner import Refusal, ScenarioRunner
 from gateway.capsule.tasks import Registry, Task
-from gateway.capsule.writer import RingWriter
+from gateway.capsule.interfaces import RingWriter
 from gateway.config import Config
 from gateway.control import Caller, Op
 from gateway.protocol import events, states

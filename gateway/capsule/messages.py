@@ -1,7 +1,8 @@
 """Reading `params.message` as SendMessage reads it: which check answers which JSON-RPC code.
 
-Pure: a dict in, a `UserMessage` or an RpcError out. The embedded capsule and the upstream
-link both accept a message only after this check, so both refuse the same inputs alike.
+Pure: a dict in, a `UserMessage` or an RpcError out. The embedded capsule accepts a message
+only after this check. The upstream link never calls it: it forwards the params as they came,
+and the upstream's own check answers (relayed as it worded it, upstream_errors.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ resume on any replica. The `result` bytes go into the ring as they came (only th
 an annotated status is re-encoded). Control methods are forwarded; a SendStreamingMessage is
 forwarded as the SendMessage that takes the message (its answer is the opening task), and the
 stream itself is served from the ring. What only the upstream knows is asked of it
-(`upstream_answers`): a stream it refuses, attachment bytes, its errors as it worded them.
+(`upstream_opening`, `upstream_attachments`): a stream it refuses, attachment bytes; and its
+errors are relayed as it worded them (`upstream_errors`).
 
 What watchers see of upstream trouble:
 - a break the upstream's replay covers: nothing (the link resumes with Last-Event-ID); the
@@ -24,7 +25,7 @@ What watchers see of upstream trouble:
   same session (the protocol carries no session identity): the spec's own limit.
 
 Trouble reaching the upstream is logged with its detail and answered to clients in the
-gateway's own words (`upstream_answers.unreachable`, `credentials_refused`).
+gateway's own words (`upstream_errors.unreachable`, `credentials_refused`).
 - the upstream's `capsule-closed` closes the gateway's session the same way.
 """
 
@@ -38,12 +39,12 @@ import orjson
 
 from gateway import logs, records
 from gateway.capsule import paging
-from gateway.capsule.client import Connection, Origin, UpstreamError, request
+from gateway.capsule.upstream_http import Connection, Origin, UpstreamError, request
 from gateway.capsule.resume import RESTARTED, SKIP, Resume
-from gateway.capsule.upstream_answers import (CREDENTIAL_STATUSES, AttachmentCache, credentials_refused,
-                                              fetch_attachment, listed_tasks, opening_now, relayed,
-                                              stream_opening, unreachable)
-from gateway.capsule.writer import RingWriter
+from gateway.capsule.upstream_attachments import AttachmentCache, fetch_attachment
+from gateway.capsule.upstream_errors import CREDENTIAL_STATUSES, credentials_refused, relayed, unreachable
+from gateway.capsule.upstream_opening import opening_now, stream_opening
+from gateway.capsule.interfaces import RingWriter
 from gateway.control import Caller, Op
 from gateway.protocol import events, states
 from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, GET_TASK, LIST_TASKS,
@@ -310,8 +311,8 @@ class UpstreamCapsule:
         if caller.sees_all:
             return await self.call(LIST_TASKS, params)
         start, size = paging.window(params)
-        mine = await listed_tasks(self.call, params,
-                                  lambda t: caller.sees(getattr(self.tasks.get(t["id"]), "owner", None)))
+        mine = await paging.listed_tasks(self.call, params,
+                                         lambda t: caller.sees(getattr(self.tasks.get(t["id"]), "owner", None)))
         return paging.page(mine, start, size)
 
     async def cancel(self, p: dict) -> dict:

@@ -5,8 +5,10 @@ Layout (RFC 9562): 48-bit unix milliseconds, version 7, 12 bits rand_a, variant 
 fresh, and an id made in the same millisecond as (or, after a clock step back, earlier
 than) the previous one takes the previous id plus one. So within a process successive ids
 strictly increase, as integers and as fixed-width hex strings, which is what lets events
-and messages be ordered by id. A forked child (the gateway forks its workers) starts
-drawing afresh: continuing the parent's counter would repeat the parent's next ids.
+and messages be ordered by id. The gateway's processes are spawned (each a fresh
+interpreter, so each draws afresh); a forked child, should a user of this module fork, is
+made to draw afresh too (`register_at_fork`): continuing the parent's counter would repeat
+the parent's next ids.
 """
 
 import os

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway import control_words
 from gateway.config import Config
 from gateway.control import ControlClient
 from gateway.metrics import Counters
@@ -40,9 +39,8 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         return JSONResponse({"status": "serving", "pid": os.getpid()})
 
     async def readyz(request: Request) -> Response:
-        words = hub.ring.control
-        ready = (words[control_words.SEQUENCER_PID] and words[control_words.UPSTREAM_CONNECTED]
-                 and not words[control_words.SESSION_CLOSED] and not hub.closing)
+        ready = (hub.board.sequencer_pid and hub.board.upstream_connected
+                 and not hub.board.session_closed and not hub.closing)
         return JSONResponse({"ready": bool(ready)}, 200 if ready else 503)
 
     app = Starlette(routes=[

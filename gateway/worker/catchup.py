@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Callable, Protocol
 
-TURN_BUDGET_SECONDS = 0.005  # the most one run writes for before the loop turns
+from gateway.tuning import TURN_BUDGET_SECONDS
 
 
 class Queued(Protocol):

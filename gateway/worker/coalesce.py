@@ -7,23 +7,23 @@ next one waits a little, so the events written meanwhile leave in the same write
 grows by a step each busy pass, up to a cap that bounds the added latency, and halves each
 light pass until it is 0 again. Between the two shares it holds, so it does not oscillate.
 
-Pure: the hub measures, this decides. The knobs are named in gateway/config.py.
+Pure: the hub measures, this decides. The knobs are named in gateway/tuning.py.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from gateway import config
+from gateway import tuning
 
 
 class Knobs(NamedTuple):
-    busy_share: float = config.COALESCE_BUSY_SHARE
-    idle_share: float = config.COALESCE_IDLE_SHARE
-    step: float = config.COALESCE_STEP_SECONDS
-    decay: float = config.COALESCE_DECAY
-    floor: float = config.COALESCE_FLOOR_SECONDS
-    max_delay: float = config.COALESCE_MAX_SECONDS
+    busy_share: float = tuning.COALESCE_BUSY_SHARE
+    idle_share: float = tuning.COALESCE_IDLE_SHARE
+    step: float = tuning.COALESCE_STEP_SECONDS
+    decay: float = tuning.COALESCE_DECAY
+    floor: float = tuning.COALESCE_FLOOR_SECONDS
+    max_delay: float = tuning.COALESCE_MAX_SECONDS
 
 
 KNOBS = Knobs()

@@ -19,7 +19,7 @@ import itertools
 import time
 from typing import Callable, Generic, TypeVar
 
-HEARTBEAT_TICK_SECONDS = 0.01
+from gateway.tuning import HEARTBEAT_TICK_SECONDS
 
 T = TypeVar("T")
 

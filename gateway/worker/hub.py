@@ -15,13 +15,14 @@ stream's own walk from the notes its delivery returns, shared batches once per b
 pass (`Window.taken`).
 
 Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
-beat word as it writes (every PROGRESS_STREAMS streams of a pass, each catch-up run, each
+beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
 
-Wake-up protocol (control_words.ARMED): before sleeping the worker sets its armed word and
-re-reads the head; the sequencer sends one byte only to armed workers. x86-64 may reorder a
-store before a later load (store buffering), so an armed flag and a head published at the
-same instant can miss each other: a slow poll (`POLL_SECONDS`) closes that window.
+Wake-up protocol (the armed words, gateway/board.py): before sleeping the worker sets its
+armed word and re-reads the head; the sequencer sends one byte only to armed workers. x86-64
+may reorder a store before a later load (store buffering), so an armed flag and a head
+published at the same instant can miss each other: a slow poll (`tuning.POLL_SECONDS`)
+closes that window.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import asyncio
 import socket
 import time
 
-from gateway import config, control_words, logs
+from gateway import logs, tuning
+from gateway.board import Board
 from gateway.control import EVERY_TASK, ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
@@ -43,9 +45,6 @@ from gateway.worker.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, FULL
 from gateway.worker.window import Window
 from shm import Ring
 
-POLL_SECONDS = 0.05
-PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
-
 log = logs.get("worker")
 
 
@@ -53,6 +52,7 @@ class Hub:
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
                  counters: Counters, control: ControlClient):
         self.ring = ring
+        self.board = Board(ring.control)
         self.counters = counters
         self.control = control
         self.wake_sock = wake_sock
@@ -63,7 +63,6 @@ class Hub:
         self.task_streams: set[Served] = set()
         self.heartbeats: Heartbeats[Served] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
-        self._beat_slot = control_words.LOOP_BEAT + index
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.Handle | None = None
         self._pending_due = 0.0  # the loop time `_pending_sync` runs at
@@ -119,7 +118,7 @@ class Hub:
         """The next pass: after the adaptive delay, or at once when so many events already
         wait (a burst) that a stream could near the lag limit before the pass."""
         waiting = self.ring.head - self.window.head
-        delay = self._delay if waiting < config.COALESCE_MAX_EVENTS else 0.0
+        delay = self._delay if waiting < tuning.COALESCE_MAX_EVENTS else 0.0
         pending = self._pending_sync
         if pending is not None:
             # uvloop answers call_later(0, ...) with a plain Handle, which has no when(): the
@@ -141,8 +140,8 @@ class Hub:
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
         started = time.perf_counter()
-        ring, words, window = self.ring, self.ring.control, self.window
-        words[control_words.ARMED + self.index] = 0
+        ring, board, window = self.ring, self.board, self.window
+        board.disarm(self.index)
         if ring.epoch != self.epoch:
             self._new_session(ring.epoch)
         target = ring.head
@@ -159,8 +158,8 @@ class Hub:
             window.batches.clear()
             window.head = target
         window.oldest = ring.oldest
-        closed_at = words[control_words.SESSION_CLOSED]
-        closing = window.closing or bool(words[control_words.CLOSING])
+        closed_at = board.session_closed
+        closing = window.closing or board.closing
         if advanced or closed_at != window.session_closed_at or closing != window.closing:
             window.session_closed_at, window.closing = closed_at, closing
             self._pass(keys)  # only when something changed: an idle poll writes nothing
@@ -169,11 +168,11 @@ class Hub:
         # than holding until the next events arrive.
         self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
         self._pass_started = started
-        words[control_words.ARMED + self.index] = 1
+        board.arm(self.index)
         if ring.head != window.head or ring.epoch != self.epoch:
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:
-            self._poll = self._loop.call_later(POLL_SECONDS, self._on_poll)
+            self._poll = self._loop.call_later(tuning.POLL_SECONDS, self._on_poll)
 
     def _new_session(self, epoch: int) -> None:
         self.window.clear()
@@ -187,14 +186,14 @@ class Hub:
 
     def _progress(self) -> None:
         """The worker is writing: its beat word moves (gateway/stall.py)."""
-        self.ring.control[self._beat_slot] += 1
+        self.board.beat(self.index)
 
     def _pass(self, keys: set[int]) -> None:
         everyone = self.window.closing or self.window.session_closed_at
         sends = 0
         for count, served in enumerate(self.watchers, 1):
             sends += self._write(served)
-            if not count % PROGRESS_STREAMS:
+            if not count % tuning.PROGRESS_STREAMS:
                 self._progress()
         if sends:
             self.counters.add("sends", sends, WATCH_SESSION)
@@ -290,7 +289,7 @@ class Hub:
     @property
     def upstream_threaded(self) -> bool:
         """The upstream's ack said its conversation is threaded (upstream mode)."""
-        return bool(self.ring.control[control_words.UPSTREAM_THREADED])
+        return bool(self.board.upstream_threaded)
 
     def open_stream(self, *, since: int, replay_after: int | None, **stream) -> Served:
         """A stream whose live events follow `since` (`reading_point`), and, when

@@ -12,24 +12,23 @@ import signal
 import socket
 
 from gateway import logs, stall
+from gateway.board import Role
 from gateway.config import Config
+from gateway.tuning import BALANCE_SLACK
 from gateway.control import ControlClient
 from gateway.metrics import Counters
 from gateway.worker import hypercorn, reload
 from gateway.worker.app import create_app
-from gateway.worker.heap import Trimmer
+from gateway.worker.malloc_trim import Trimmer
 from gateway.worker.hub import Hub
 from shm import Ring
 from shm.segment import Handle
-
-BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
-
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
     sink_for = hypercorn.prepare()
     ring = Ring.attach(ring_segment)
-    counters = Counters.attach(counters_segment, "worker", index)
+    counters = Counters.attach(counters_segment, Role.WORKER, index)
     control = ControlClient(control_path)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control)
 
@@ -50,7 +49,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     hub.start()
     # The supervisor replaces a loop that stops; how late each pulse ran is the loop's stall.
-    pulse = stall.start_pulse(ring.control, index, lambda late: counters.observe("loop_stall_seconds", late))
+    pulse = stall.start_pulse(hub.board, index, lambda late: counters.observe("loop_stall_seconds", late))
     trimmer = Trimmer()
     trimmer.start()
     reloads = asyncio.create_task(reload.follow(config, app.rpc, hub))  # SIGHUP's settings

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway import control_words, logs
+from gateway import logs
 from gateway.config import Config
 from gateway.control import Op
 
@@ -44,11 +44,10 @@ async def follow(config: Config, rpc, hub) -> None:
     the settings of before a reload that lands while it boots would otherwise take that
     reload's generation for its own and never apply it. A worker spawned after a reload
     applies the same settings again once, harmlessly."""
-    words = hub.ring.control
     seen = 0
     while True:
         await asyncio.sleep(config.heartbeat_interval / CHECKS_PER_HEARTBEAT)
-        if words[control_words.CONFIG_GENERATION] == seen:
+        if hub.board.config_generation == seen:
             continue
         try:
             answer = await hub.control.call(Op.SETTINGS)

@@ -32,12 +32,11 @@ import socket
 import uvloop
 
 from gateway import logs
+from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS
 from gateway.worker.hypercorn import plain_http
 
-ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-DEFER_SECONDS = 0.005
 
 log = logs.get("worker")
 
@@ -112,9 +111,6 @@ class BurstServer:
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
         return () if self._sock is None else (self._sock,)
-
-    def is_serving(self) -> bool:
-        return self._serving
 
     def close(self) -> None:
         """Stop accepting and close this process's copy of the listening socket."""

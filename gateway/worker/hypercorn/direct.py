@@ -14,8 +14,12 @@ to frame: `<hex length>\\r\\n<bytes>\\r\\n`.
 
 Only where hypercorn's asyncio HTTP/1.1 path is behind the ASGI `send` and h11 chose
 chunked framing; anywhere else (HTTP/1.0, HTTP/2, another server) `find` answers None and
-the stream gets the ASGI sink. The attribute names `find` follows are hypercorn 0.18.0's;
-tests/test_hypercorn_adapter.py fails if a release moves them.
+the stream gets the ASGI sink. The attribute names `find` follows (the `__self__` of each
+bound `send`, the protocol's `connection`, the server's `writer`) are hypercorn 0.18.0's.
+A release that moves them makes `find` answer None, so streams fall back to the ASGI sink;
+tests/test_direct_body.py, which serves a real connection and expects the direct body, fails
+then. The check at start (`serving.internals_problem`, tests/test_hypercorn_adapter.py) does
+not look at them.
 """
 
 from __future__ import annotations

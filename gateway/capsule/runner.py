@@ -23,7 +23,7 @@ from gateway.capsule.attempt import Attempt, MaxTurns
 from gateway.capsule.messages import UserMessage
 from gateway.capsule.scripts import SCENARIO_ERROR, SCENARIOS, ScenarioError, parse_scenario
 from gateway.capsule.tasks import Registry, Task
-from gateway.capsule.writer import Emitter
+from gateway.capsule.interfaces import Emitter
 from gateway.config import Config
 from gateway.protocol import events, ids, states
 

@@ -14,7 +14,7 @@ import asyncio
 import ctypes
 from typing import Callable
 
-from gateway import config
+from gateway import tuning
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -27,7 +27,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 class Trimmer:
     """One timer on the worker's loop: `malloc_trim(0)` every `interval` seconds."""
 
-    def __init__(self, interval: float = config.HEAP_TRIM_SECONDS):
+    def __init__(self, interval: float = tuning.HEAP_TRIM_SECONDS):
         self.interval = interval
         self.trim = _malloc_trim()
         self.timer: asyncio.TimerHandle | None = None

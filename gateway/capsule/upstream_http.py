@@ -7,7 +7,7 @@ upstream is spoken to over Python's ssl with verification on: the certificate mu
 --upstream-cacert (or the system store) and name the URL's host (SNI is that host).
 
 An UpstreamError's text holds the upstream's address and the OS's or TLS library's reason:
-it is for the gateway's log, never for a client (upstream_answers.py words what a client reads).
+it is for the gateway's log, never for a client (upstream_errors.py words what a client reads).
 """
 
 from __future__ import annotations
