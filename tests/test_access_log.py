@@ -16,9 +16,8 @@ import struct
 
 import pytest
 
-from support import SSEStream, Http, headers_for, rpc, rpc_body, running_gateway, user_message, wait_for
-from test_door_auth import token_table
-from test_observability import scrape, series
+from support import (Http, SSEStream, headers_for, rpc, rpc_body, running_gateway, scrape, series,
+                     token_table, user_message, wait_for)
 
 OPS, NARROW, NOT_A_TOKEN = "ops-secret-5e4d3c", "narrow-secret-1a2b3c", "nobody-secret-9z8y7x"
 RULES = [("ops", OPS, ["*"]), ("narrow", NARROW, ["ListTasks"])]

@@ -10,10 +10,7 @@ import socket
 import pytest
 
 from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
-from support import SSEStream, running_gateway, wait_for
-from test_lean import reset
-from test_limits import exchange, head, refusal
-from test_observability import scrape
+from support import SSEStream, exchange, head, refusal, reset, running_gateway, scrape, wait_for
 
 WATCH = "murmur.WatchSession"
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'

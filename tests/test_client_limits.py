@@ -12,8 +12,7 @@ import orjson
 import pytest
 
 from support import (Http, SSEStream, headers_for, problem_detail, rpc, rpc_body, running_gateway,
-                     token_table, wait_for)
-from test_observability import scrape
+                     scrape, token_table, wait_for)
 from tls_support import Certificates, H2Connection
 
 WATCH = "murmur.WatchSession"

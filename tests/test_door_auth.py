@@ -15,8 +15,9 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, token_table, describe, headers_for, is_terminal_event, item,
-                     problem_detail, rpc, running_gateway, user_message, wait_for)
+from support import (Http, SSEStream, describe, headers_for, is_terminal_event, item,
+                     problem_detail, rpc, running_gateway, token_table, unknown_like, user_message,
+                     wait_for)
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
                                        "ops-0d1e2f", "narrow-7a6b5c")
@@ -46,11 +47,6 @@ def create(port: int, token: str, text: str) -> str:
 
 def state_of(port: int, token: str, task_id: str) -> str:
     return rpc(port, "GetTask", {"id": task_id}, token=token)[2]["result"]["status"]["state"]
-
-
-def unknown_like(task_id: str) -> str:
-    """An id of the same shape that no task has."""
-    return task_id[:-4] + ("0000" if not task_id.endswith("0000") else "1111")
 
 
 def reply(task_id: str) -> dict:

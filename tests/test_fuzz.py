@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from support import SSEStream, item, problem_detail, rpc, running_gateway, user_message, wait_for
-from test_limits import Answer, exchange
+from support import (Answer, SSEStream, exchange, item, problem_detail, rpc, running_gateway,
+                     user_message, wait_for)
 
 CASES = int(os.environ.get("MURGW_FUZZ_CASES", "300"))
 REPORT = os.environ.get("MURGW_FUZZ_REPORT")

@@ -12,41 +12,15 @@ import time
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (SSEStream, gone, wait_for, describe, is_terminal_event, item, rpc, running_gateway,
-                     session_memory, task_id_of, user_message)
-
-WATCH = "murmur.WatchSession"
+from support import (SSEStream, WATCH, describe, gone, is_terminal_event, item, rpc,
+                     running_gateway, send, session_memory, task_events, task_id_of, user_message,
+                     wait_for, watch)
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
         yield gw
-
-
-def send(port: int, text: str) -> str:
-    status, _, body = rpc(port, "SendMessage", user_message(text))
-    assert status == 200, body
-    return body["result"]["task"]["id"]
-
-
-def task_events(stream: SSEStream, task_id: str) -> list:
-    """This task's events on a watch stream, up to and including its terminal status."""
-    out = []
-    for event in stream.events():
-        if task_id_of(event) == task_id:
-            out.append(event)
-            if is_terminal_event(event):
-                return out
-    raise AssertionError("stream ended before the task did")
-
-
-def watch(port: int, **kw) -> SSEStream:
-    stream = SSEStream(port, WATCH, {}, **kw)
-    assert stream.status == 200
-    first = stream.next()
-    assert item(first).frame["frame"] == "connection-ack"
-    return stream
 
 
 def test_head_is_exactly_the_specs(gateway):

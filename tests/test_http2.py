@@ -18,9 +18,8 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import tls
 from gateway.worker.hypercorn import direct
-from support import (SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message,
-                     wait_for)
-from test_observability import scrape
+from support import (SSEStream, describe, is_terminal_event, item, running_gateway, scrape,
+                     task_id_of, user_message, wait_for)
 from tls_support import Certificates, H2Connection, accounted, lagged_frames
 
 WATCH = "murmur.WatchSession"

@@ -20,8 +20,8 @@ import hashlib
 import pytest
 
 from gateway.capsule.scripts import SCREENSHOT
-from support import Http, describe, item, rpc, running_gateway, task_id_of, user_message
-from test_gateway_watch import send, task_events, watch
+from support import (Http, describe, item, rpc, running_gateway, send, task_events, task_id_of,
+                     user_message, watch)
 
 TOOL_SCENARIOS = ["hello", "/scenario tools n=2", "/scenario image", "/scenario maxturns",
                   "/scenario input prompt=Which?", "/scenario timeout"]

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from gateway.stall import TEST_HANG_ENV
-from support import SSEStream, running_gateway, wait_for
-from test_faults import WATCH, Recorder, assert_gapless_to, resume, start_watchers, stop_all
+from support import (Recorder, SSEStream, WATCH, assert_gapless_to, resume, running_gateway,
+                     start_watchers, stop_all, wait_for)
 
 STALL = "1"  # --worker-stall-timeout for these tests, seconds
 
