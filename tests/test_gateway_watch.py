@@ -17,12 +17,6 @@ from support import (SSEStream, WATCH, describe, gone, is_terminal_event, item, 
                      wait_for, watch)
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
-
-
 def test_head_is_exactly_the_specs(gateway):
     with SSEStream(gateway.port, WATCH, {}) as stream:
         assert stream.status == 200
