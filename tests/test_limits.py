@@ -14,8 +14,8 @@ import socket
 import orjson
 import pytest
 
-from support import (Answer, SSEStream, WATCH, exchange, head, headers_for, item, refusal, rpc,
-                     rpc_body, running_gateway, user_message, wait_for)
+from support import (Answer, GatewayOptions, SSEStream, WATCH, exchange, head, headers_for, item,
+                     refusal, rpc, rpc_body, running_gateway, user_message, wait_for)
 
 
 def rpc_error(answer: Answer | None) -> dict:
@@ -28,11 +28,9 @@ def post(body: bytes, extra: list | None = None) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway("--max-body-bytes", "4096", "--max-headers", "12", "--max-header-bytes", "2048",
-                         "--max-rpc-id-chars", "8", "--body-timeout", "0.5", "--header-timeout", "0.5",
-                         tmp_path=tmp_path_factory.mktemp("limits")) as gw:
-        yield gw
+def gateway_options():
+    return GatewayOptions("--max-body-bytes", "4096", "--max-headers", "12", "--max-header-bytes", "2048",
+                          "--max-rpc-id-chars", "8", "--body-timeout", "0.5", "--header-timeout", "0.5")
 
 
 def test_body_over_the_limit_is_413(gateway):
