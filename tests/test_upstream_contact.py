@@ -16,7 +16,6 @@ from gateway.capsule.resume import RESTARTED, SKIP, Resume
 from support import (Http, ROOT, SSEStream, WATCH, front_of, is_terminal_event, item,
                      problem_detail, rpc, running_gateway, scrape, task_id_of, token_table,
                      upstream_ready, user_message, wait_for, watching_b_after_a_burst)
-from tls_support import Certificates
 
 LINK_TOKEN = "link-5d6e7f"
 
@@ -63,11 +62,6 @@ def test_an_unusable_upstream_cacert_stops_the_start(tmp_path, content, reason):
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith(f"mur-gateway: --upstream-cacert {path}: ") and reason in line, line
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("upstream-tls"))
 
 
 def test_an_https_upstream_with_a_private_ca(certs, tmp_path):
