@@ -177,6 +177,12 @@ def gone(pid: int) -> bool:
         return True
 
 
+def stopped(pid: int) -> bool:
+    """The kernel has stopped the process (state T, or t under a tracer): a SIGSTOP took effect."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 def session_memory(supervisor: int) -> list[str]:
     """What is left of a session's shared memory: its files in /dev/shm (if any were made),
     and every process on the machine that maps or holds one of its memfds (while one does,
