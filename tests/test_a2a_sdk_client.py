@@ -25,7 +25,6 @@ from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, Unsuppor
 from google.protobuf import json_format
 
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -36,12 +35,6 @@ _message_numbers = itertools.count()
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(workers=2, tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
 
 
 def base_url(gateway) -> str:

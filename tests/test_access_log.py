@@ -16,9 +16,8 @@ import struct
 
 import pytest
 
-from support import SSEStream, Http, headers_for, rpc, rpc_body, running_gateway, user_message, wait_for
-from test_door_auth import token_table
-from test_observability import scrape, series
+from support import (GatewayOptions, Http, SSEStream, headers_for, rpc, rpc_body, running_gateway,
+                     scrape, series, token_table, user_message, wait_for)
 
 OPS, NARROW, NOT_A_TOKEN = "ops-secret-5e4d3c", "narrow-secret-1a2b3c", "nobody-secret-9z8y7x"
 RULES = [("ops", OPS, ["*"]), ("narrow", NARROW, ["ListTasks"])]
@@ -45,84 +44,83 @@ def reset(stream: SSEStream) -> None:
 
 
 @pytest.fixture(scope="module")
-def door(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("access")
-    (tmp / "door.toml").write_text(token_table(RULES))
-    with running_gateway("--config", str(tmp / "door.toml"), workers=1, metrics=True, tmp_path=tmp) as gw:
-        yield gw
+def gateway_options(tmp_path_factory):
+    config = tmp_path_factory.mktemp("access") / "door.toml"
+    config.write_text(token_table(RULES))
+    return GatewayOptions("--config", str(config), workers=1, metrics=True)
 
 
-def test_a_request_is_one_line_naming_method_code_caller_client_and_duration(door):
-    status, _, body = rpc(door.port, "GetTask", {"id": "no-such-task"}, token=OPS, rpc_id="one-line")
+def test_a_request_is_one_line_naming_method_code_caller_client_and_duration(gateway):
+    status, _, body = rpc(gateway.port, "GetTask", {"id": "no-such-task"}, token=OPS, rpc_id="one-line")
     assert status == 200 and body["error"]["code"] == -32001
-    line = line_where(door, "request", method="GetTask", code=-32001)
+    line = line_where(gateway, "request", method="GetTask", code=-32001)
     assert line["level"] == "info" and line["role"] == "worker"
     assert (line["http_method"], line["path"], line["status"]) == ("POST", "/", 200)
     assert line["caller"] == "ops" and line["client"] == "127.0.0.1"
     assert isinstance(line["duration_s"], float) and line["duration_s"] >= 0
 
 
-def test_a_path_is_logged_with_its_status_and_cut_short(door):
-    Http(door.port).request("GET", "/" + "x" * 1000)
-    line = line_where(door, "request", status=404, http_method="GET")
+def test_a_path_is_logged_with_its_status_and_cut_short(gateway):
+    Http(gateway.port).request("GET", "/" + "x" * 1000)
+    line = line_where(gateway, "request", status=404, http_method="GET")
     assert line["path"] == "/" + "x" * 199 and line["method"] is None and line["caller"] is None
 
 
-def test_refusals_are_logged_and_no_token_ever_is(door):
-    status, _, _ = rpc(door.port, "ListTasks", {}, token=NOT_A_TOKEN)
+def test_refusals_are_logged_and_no_token_ever_is(gateway):
+    status, _, _ = rpc(gateway.port, "ListTasks", {}, token=NOT_A_TOKEN)
     assert status == 401
-    unauthenticated = line_where(door, "request", status=401)
+    unauthenticated = line_where(gateway, "request", status=401)
     assert unauthenticated["level"] == "info" and unauthenticated["caller"] is None
-    assert rpc(door.port, "GetTask", {"id": "x"}, token=NARROW)[0] == 403
-    forbidden = line_where(door, "request", status=403)
+    assert rpc(gateway.port, "GetTask", {"id": "x"}, token=NARROW)[0] == 403
+    forbidden = line_where(gateway, "request", status=403)
     assert (forbidden["caller"], forbidden["method"]) == ("narrow", "GetTask")
-    stderr = door.stderr()
+    stderr = gateway.stderr()
     for token in (OPS, NARROW, NOT_A_TOKEN):
         assert token not in stderr
         assert hashlib.sha256(token.encode()).hexdigest() not in stderr
 
 
-def test_a_stream_logs_its_opening_and_its_end_with_what_it_wrote(door):
-    with SSEStream(door.port, "SendStreamingMessage", user_message("/scenario burst n=20"),
+def test_a_stream_logs_its_opening_and_its_end_with_what_it_wrote(gateway):
+    with SSEStream(gateway.port, "SendStreamingMessage", user_message("/scenario burst n=20"),
                    token=OPS, activate=True) as stream:
         events = list(stream.events())
         assert stream.ended
     numbered = [e for e in events if e.id]
-    opened = line_where(door, "stream open", method="SendStreamingMessage")
+    opened = line_where(gateway, "stream open", method="SendStreamingMessage")
     assert (opened["status"], opened["caller"], opened["client"]) == (200, "ops", "127.0.0.1")
-    end = line_where(door, "stream end", method="SendStreamingMessage")
+    end = line_where(gateway, "stream end", method="SendStreamingMessage")
     assert end["reason"] == "task_ended" and end["caller"] == "ops"
     assert end["events"] == len(numbered) >= 20
     assert end["bytes"] == len(stream.raw)  # the SSE body, as the client read it
     assert end["duration_s"] >= 0
 
 
-def test_a_watcher_that_leaves_ends_with_client_left(door):
-    watcher = SSEStream(door.port, "murmur.WatchSession", {}, token=OPS, rpc_id="leaves")
-    rpc(door.port, "SendMessage", user_message("/scenario burst n=5"), token=OPS)
+def test_a_watcher_that_leaves_ends_with_client_left(gateway):
+    watcher = SSEStream(gateway.port, "murmur.WatchSession", {}, token=OPS, rpc_id="leaves")
+    rpc(gateway.port, "SendMessage", user_message("/scenario burst n=5"), token=OPS)
     read = watcher.read_until(lambda e: e.id is not None)
     reset(watcher)
-    end = line_where(door, "stream end", method="murmur.WatchSession", reason="client_left")
+    end = line_where(gateway, "stream end", method="murmur.WatchSession", reason="client_left")
     assert end["events"] >= len([e for e in read if e.id]) >= 1
     assert end["bytes"] >= len(watcher.raw)
 
 
-def test_a_jsonrpc_error_counts_by_code_and_not_as_a_refusal(door):
-    before = scrape(door.metrics_port)
-    assert rpc(door.port, "GetTask", {"id": "still-no-such-task"}, token=OPS)[2]["error"]["code"] == -32001
+def test_a_jsonrpc_error_counts_by_code_and_not_as_a_refusal(gateway):
+    before = scrape(gateway.metrics_port)
+    assert rpc(gateway.port, "GetTask", {"id": "still-no-such-task"}, token=OPS)[2]["error"]["code"] == -32001
     code = f'{JSONRPC_ERRORS}{{code="-32001"}}'
-    after = wait_for(lambda: (s := scrape(door.metrics_port))[code] == before[code] + 1 and s,
+    after = wait_for(lambda: (s := scrape(gateway.metrics_port))[code] == before[code] + 1 and s,
                      what="the error counted")
     assert series(after, REFUSED) == series(before, REFUSED)
     assert after[f'{JSONRPC_ERRORS}{{code="-32601"}}'] == before[f'{JSONRPC_ERRORS}{{code="-32601"}}']
 
 
-def test_a_401_counts_as_refused_unauthenticated_and_no_jsonrpc_error(door):
-    before = scrape(door.metrics_port)
-    status, _, _ = Http(door.port).request("POST", "/", headers_for(token=NOT_A_TOKEN), rpc_body("GetTask"))
+def test_a_401_counts_as_refused_unauthenticated_and_no_jsonrpc_error(gateway):
+    before = scrape(gateway.metrics_port)
+    status, _, _ = Http(gateway.port).request("POST", "/", headers_for(token=NOT_A_TOKEN), rpc_body("GetTask"))
     assert status == 401
     reason = f'{REFUSED}{{reason="unauthenticated"}}'
-    after = wait_for(lambda: (s := scrape(door.metrics_port))[reason] == before[reason] + 1 and s,
+    after = wait_for(lambda: (s := scrape(gateway.metrics_port))[reason] == before[reason] + 1 and s,
                      what="the refusal counted")
     assert after[f'{REFUSED}{{reason="capacity"}}'] == before[f'{REFUSED}{{reason="capacity"}}']
     assert series(after, JSONRPC_ERRORS) == series(before, JSONRPC_ERRORS)

@@ -10,10 +10,8 @@ import socket
 import pytest
 
 from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
-from support import SSEStream, running_gateway, wait_for
-from test_lean import reset
-from test_limits import exchange, head, refusal
-from test_observability import scrape
+from support import (GatewayOptions, SSEStream, exchange, head, refusal, reset, running_gateway,
+                     scrape, wait_for)
 
 WATCH = "murmur.WatchSession"
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
@@ -67,20 +65,18 @@ def half_close(stream: SSEStream) -> None:
 
 
 @pytest.fixture(scope="module")
-def three_places(tmp_path_factory):
+def gateway_options():
     """One worker with three places; heartbeats 300 s apart, so nothing is written to a stream
     whose client left: only its leaving can free its place within a wait's deadline."""
-    with running_gateway("--max-connections", "3", workers=1, heartbeat=300, metrics=True,
-                         tmp_path=tmp_path_factory.mktemp("places")) as gw:
-        yield gw
+    return GatewayOptions("--max-connections", "3", workers=1, heartbeat=300, metrics=True)
 
 
 @pytest.mark.parametrize("leave", [half_close, SSEStream.close, reset], ids=["fin", "fin-and-close", "reset"])
-def test_a_watcher_that_leaves_frees_its_place_at_once(three_places, leave):
+def test_a_watcher_that_leaves_frees_its_place_at_once(gateway, leave):
     """DECISIONS: a client's FIN on a stream, like a reset, ends the stream and frees its place
     (a killed `curl` sends a FIN). Each case first fills the three places again, so the case
     before it freed them all."""
-    gw = three_places
+    gw = gateway
     streams = [SSEStream(gw.port, WATCH, {}) for _ in range(3)]
     try:
         assert [stream.status for stream in streams] == [200] * 3
@@ -94,7 +90,6 @@ def test_a_watcher_that_leaves_frees_its_place_at_once(three_places, leave):
         for stream in streams:
             with contextlib.suppress(OSError):
                 stream.close()
-
 
 
 def test_probes_in_flight_are_bounded_apart_from_the_open_requests():

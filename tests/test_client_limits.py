@@ -9,12 +9,10 @@ import os
 import signal
 
 import orjson
-import pytest
 
 from support import (Http, SSEStream, headers_for, problem_detail, rpc, rpc_body, running_gateway,
-                     token_table, wait_for)
-from test_observability import scrape
-from tls_support import Certificates, H2Connection
+                     scrape, token_table, wait_for)
+from tls_support import H2Connection
 
 WATCH = "murmur.WatchSession"
 LIVE = str(2**40)
@@ -128,11 +126,6 @@ def test_request_rate_bucket_across_workers():
         assert Http(gw.port).request("GET", "/watch")[0] == 200
         assert rpc(gw.port, "ListTasks", {}, **forwarded_for("192.0.2.1"))[0] == 200  # another client
         assert scrape(gw.metrics_port)['murgw_requests_limited_total{limit="client_rate"}'] == 2
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("tls"))
 
 
 def test_each_http2_stream_counts_as_one(certs):

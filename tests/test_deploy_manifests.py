@@ -133,14 +133,13 @@ def test_ports_match_what_the_gateway_binds_and_the_service_targets(docs, contai
     assert template["labels"].items() >= labels.items()
 
 
-def test_probe_paths_answer_on_a_real_gateway(container, tmp_path):
+def test_probe_paths_answer_on_a_real_gateway(container, gateway):
     probes = {name: container[name]["httpGet"] for name in PROBES}
     assert probes["readinessProbe"]["path"] == "/readyz" and probes["livenessProbe"]["path"] == "/healthz"
     assert {p["port"] for p in probes.values()} == {"http"}
-    with running_gateway(tmp_path=tmp_path) as gw:
-        for name, probe in probes.items():
-            status, _, _ = Http(gw.port).request("GET", probe["path"])
-            assert status == 200, name
+    for name, probe in probes.items():
+        status, _, _ = Http(gateway.port).request("GET", probe["path"])
+        assert status == 200, name
 
 
 def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, container, kit_env):
@@ -155,21 +154,20 @@ def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, contai
     assert "/dev/shm" not in {m["mountPath"] for m in container.get("volumeMounts", [])}
 
 
-def test_read_only_root_needs_no_writable_mount(pod, container, tmp_path):
+def test_read_only_root_needs_no_writable_mount(pod, container, gateway):
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     # the one mount is the config Secret, read-only
     assert all(m["readOnly"] is True for m in container.get("volumeMounts", []))
     assert all(set(v) == {"name", "secret"} for v in pod.get("volumes", []))
     assert "TMPDIR" not in plain_env(container)
     # a real gateway, serving: its segments are memfds, its control socket is abstract
-    with running_gateway(tmp_path=tmp_path) as gw:
-        assert session_memory(gw.pid)  # held, and none of it a file:
-        files = [d for d in ("/dev/shm", tempfile.gettempdir()) for n in os.listdir(d)
-                 if n.startswith(f"murgw-{gw.pid}-")]
-        assert files == []
-        with open("/proc/net/unix") as fh:
-            sockets = [line.split()[-1] for line in fh if f"murgw-{gw.pid}-" in line]
-        assert sockets and all(path.startswith("@") for path in sockets)
+    assert session_memory(gateway.pid)  # held, and none of it a file:
+    files = [d for d in ("/dev/shm", tempfile.gettempdir()) for n in os.listdir(d)
+             if n.startswith(f"murgw-{gateway.pid}-")]
+    assert files == []
+    with open("/proc/net/unix") as fh:
+        sockets = [line.split()[-1] for line in fh if f"murgw-{gateway.pid}-" in line]
+    assert sockets and all(path.startswith("@") for path in sockets)
 
 
 def test_user_is_the_dockerfiles_and_not_root(pod, container):

@@ -15,8 +15,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, token_table, describe, headers_for, is_terminal_event, item,
-                     problem_detail, rpc, running_gateway, user_message, wait_for)
+from support import (GatewayOptions, Http, SSEStream, describe, headers_for, is_terminal_event,
+                     item, problem_detail, rpc, token_table, unknown_like, user_message, wait_for)
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
                                        "ops-0d1e2f", "narrow-7a6b5c")
@@ -31,11 +31,10 @@ SSM = "SendStreamingMessage"
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("door")
-    (tmp / "door.toml").write_text(token_table(RULES))
-    with running_gateway("--config", str(tmp / "door.toml"), "--log-level", "debug", tmp_path=tmp) as gw:
-        yield gw
+def gateway_options(tmp_path_factory):
+    config = tmp_path_factory.mktemp("door") / "door.toml"
+    config.write_text(token_table(RULES))
+    return GatewayOptions("--config", str(config), "--log-level", "debug")
 
 
 def create(port: int, token: str, text: str) -> str:
@@ -46,11 +45,6 @@ def create(port: int, token: str, text: str) -> str:
 
 def state_of(port: int, token: str, task_id: str) -> str:
     return rpc(port, "GetTask", {"id": task_id}, token=token)[2]["result"]["status"]["state"]
-
-
-def unknown_like(task_id: str) -> str:
-    """An id of the same shape that no task has."""
-    return task_id[:-4] + ("0000" if not task_id.endswith("0000") else "1111")
 
 
 def reply(task_id: str) -> dict:

@@ -11,13 +11,12 @@ import socket
 
 import pytest
 
-from support import Http, headers_for, problem_detail, running_gateway
+from support import GatewayOptions, Http, headers_for, problem_detail
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw"), workers=1) as gw:
-        yield gw
+def gateway_options():
+    return GatewayOptions(workers=1)
 
 
 def raw(port: int, request: bytes) -> bytes:

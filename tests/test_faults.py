@@ -4,100 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 
-from support import SSEStream, gone, item, rpc, running_gateway, session_memory, user_message, wait_for
-
-WATCH = "murmur.WatchSession"
-
-
-class Recorder(threading.Thread):
-    """Reads one watch stream in the background: (monotonic time, id or 'hb' or frame name)."""
-
-    def __init__(self, stream: SSEStream):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.seen: list[tuple[float, object]] = []
-        self.lost = False
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                event = self.stream.next()
-                if event is None:
-                    self.lost = True
-                    return
-                now = time.monotonic()
-                if event.data is None:
-                    self.seen.append((now, "hb"))
-                elif event.id is not None:
-                    self.seen.append((now, event.id))
-                else:
-                    frame = item(event).frame
-                    self.seen.append((now, (frame["frame"], frame.get("missed", frame.get("firstAvailableId")))))
-        except OSError:
-            self.lost = True
-
-    def ids(self) -> list[int]:
-        return [what for _, what in self.seen if isinstance(what, int)]
-
-    def missed(self) -> int:
-        return sum(what[1] for _, what in self.seen if isinstance(what, tuple) and what[0] == "lagged")
-
-
-def ids_explained(recorder: Recorder, first: int = 1) -> None:
-    """Strictly ascending ids from `first` (or a gap's firstAvailableId) whose holes are all
-    accounted for by lagged frames."""
-    gaps = [what[1] for _, what in recorder.seen if isinstance(what, tuple) and what[0] == "gap"]
-    first = gaps[0] if gaps else first
-    ids = recorder.ids()
-    assert ids == sorted(set(ids))
-    holes = ids[0] - first + sum(b - a - 1 for a, b in zip(ids, ids[1:]))
-    assert holes == recorder.missed(), (holes, recorder.missed())
-
-
-def start_watchers(port: int, n: int, *, spread_over: set[int] = frozenset(), **kw) -> list[Recorder]:
-    """n watchers, and more (up to 4n) until every worker pid in `spread_over` serves one."""
-    recorders = []
-    while len(recorders) < n or (not spread_over <= {r.stream.worker_pid for r in recorders}
-                                 and len(recorders) < 4 * n):
-        stream = SSEStream(port, WATCH, {}, timeout=30, **kw)
-        recorder = Recorder(stream)
-        recorder.start()
-        recorders.append(recorder)
-    return recorders
-
-
-def resume(port: int, lost: list[Recorder]) -> list[Recorder]:
-    """Reconnect each lost watcher with the last id it saw: the replay is to fill the hole."""
-    resumed = []
-    for r in lost:
-        again = Recorder(SSEStream(port, WATCH, {}, last_event_id=str(r.ids()[-1]), timeout=30))
-        again.seen = list(r.seen)
-        again.start()
-        resumed.append(again)
-    return resumed
-
-
-def assert_gapless_to(target: int, recorders: list[Recorder]) -> None:
-    """Every recorder reaches `target` with each id from its first one, once: nothing lost,
-    nothing repeated."""
-    wait_for(lambda: all(r.ids() and r.ids()[-1] >= target for r in recorders),
-             timeout=20, what="every watcher past the same id")
-    for r in recorders:
-        ids = [i for i in r.ids() if i <= target]
-        assert ids == list(range(ids[0], target + 1))
-
-
-def stop_all(recorders: list[Recorder]) -> None:
-    for recorder in recorders:
-        recorder.stop.set()
-        recorder.stream.http.close()
-    for recorder in recorders:
-        recorder.join(5)
+from support import (Recorder, SSEStream, WATCH, assert_gapless_to, gone, ids_explained, resume, rpc,
+                     running_gateway, session_memory, start_watchers, stop_all, stopped,
+                     user_message, wait_for)
 
 
 def test_killed_worker_watchers_resume_without_loss(tmp_path):
@@ -125,29 +37,40 @@ def test_stopped_worker_pauses_only_its_watchers(tmp_path):
         try:
             wait_for(lambda: all(r.seen for r in recorders), what="acks")
             os.kill(workers[0], signal.SIGSTOP)
-            stopped_at = time.monotonic()
             try:
+                wait_for(lambda: stopped(workers[0]), what="the worker to stop")
+                stopped_at = time.monotonic()
                 rpc(gw.port, "SendMessage", user_message("/scenario burst n=300"))
-                time.sleep(2.0)
+                # Stopped until the other worker's watchers have had three heartbeats
+                # inside the window (as long as that takes on a loaded machine).
+                wait_for(lambda: all(beats(r, stopped_at + 0.5, time.monotonic() - 0.1) >= 3
+                                     for r in recorders if r.stream.worker_pid != workers[0]),
+                         timeout=30, what="three heartbeats on the running worker's watchers")
             finally:
+                resumed_at = time.monotonic()
                 os.kill(workers[0], signal.SIGCONT)
-            resumed_at = time.monotonic()
             wait_for(lambda: all(r.ids() and r.ids()[-1] >= 304 for r in recorders), timeout=20,
                      what="every watcher to reach the burst's end")
         finally:
             stop_all(recorders)
+        # From half a second after the stop took effect (what the worker wrote before it may
+        # still be on its way to a reader thread) to just before SIGCONT.
         window = (stopped_at + 0.5, resumed_at - 0.1)
         paused = [r for r in recorders if r.stream.worker_pid == workers[0]]
         running = [r for r in recorders if r.stream.worker_pid != workers[0]]
         assert paused and running
-        beats = lambda r: sum(1 for t, what in r.seen if what == "hb" and window[0] <= t <= window[1])
-        assert all(beats(r) == 0 for r in paused)  # its heartbeats pause with it
-        assert all(beats(r) >= 3 for r in running)  # the other worker's keep their cadence
+        assert all(beats(r, *window) == 0 for r in paused)  # its heartbeats pause with it
+        assert all(beats(r, *window) >= 3 for r in running)  # the other worker's keep their cadence
         for r in running:  # the other worker's watchers: heartbeats on time, nothing lost
             assert r.missed() == 0 and r.ids() == list(range(1, 305))
         for r in paused:  # the stopped worker's: lagged or caught up, every hole explained
             ids_explained(r)
             assert r.ids()[-1] == 304
+
+
+def beats(recorder: Recorder, start: float, end: float) -> int:
+    """The heartbeats `recorder` read between monotonic times `start` and `end`."""
+    return sum(1 for t, what in list(recorder.seen) if what == "hb" and start <= t <= end)
 
 
 def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
@@ -159,8 +82,11 @@ def test_stalled_watchers_are_lagged_and_memory_stays_bounded(tmp_path):
         # late (three of them share one interpreter) is never the one that lags.
         readers = start_watchers(gw.port, 3, rcvbuf=4 << 20)
         try:
-            rss_before = _rss(worker)
-            time.sleep(5)
+            wait_for(lambda: all(r.ids() for r in readers), what="the readers' first events")
+            rss_before, first = _rss(worker), max(r.ids()[-1] for r in readers)
+            # 5,000 more events written (five seconds of --sim-load 1000), read by every reader
+            wait_for(lambda: all(r.ids()[-1] >= first + 5000 for r in readers), timeout=60,
+                     what="5,000 events past the first RSS reading")
             rss_after = _rss(worker)
             stop_all(readers)
             # Five stalled watchers read again: each is written one `lagged` frame naming

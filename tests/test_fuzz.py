@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from support import SSEStream, item, problem_detail, rpc, running_gateway, user_message, wait_for
-from test_limits import Answer, exchange
+from support import (Answer, GatewayOptions, SSEStream, exchange, item, problem_detail, rpc,
+                     user_message, wait_for)
 
 CASES = int(os.environ.get("MURGW_FUZZ_CASES", "300"))
 REPORT = os.environ.get("MURGW_FUZZ_REPORT")
@@ -246,18 +246,21 @@ def check(case: Case, answer: Answer | None) -> None:
 # --- the runs ---
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz")
-    (tmp / "door.toml").write_text(
+def gateway_options(tmp_path_factory):
+    config = tmp_path_factory.mktemp("fuzz") / "door.toml"
+    config.write_text(
         f'[[network.authentication.tokens]]\nname = "fuzz"\nsha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\n'
         f"scopes = {orjson.dumps(SCOPES).decode()}\n")
-    with running_gateway("--config", str(tmp / "door.toml"), "--max-body-bytes", str(MAX_BODY),
-                         "--body-timeout", "1", "--header-timeout", HEADER_TIMEOUT,
-                         "--trusted-proxies", "127.0.0.1/32", "--max-streams-per-client", "100000",
-                         "--client-request-rate", "100000",
-                         workers=2, tmp_path=tmp) as gw:
-        gw.started_pids = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="both workers")
-        yield gw
+    return GatewayOptions("--config", str(config), "--max-body-bytes", str(MAX_BODY),
+                          "--body-timeout", "1", "--header-timeout", HEADER_TIMEOUT,
+                          "--trusted-proxies", "127.0.0.1/32", "--max-streams-per-client", "100000",
+                          "--client-request-rate", "100000", workers=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started_pids(gateway) -> dict[int, int]:
+    """Worker slot -> pid before the first case (autouse): the fuzz must replace no worker."""
+    return wait_for(lambda: len(gateway.worker_pids()) == 2 and gateway.worker_pids(), what="both workers")
 
 
 @settings(max_examples=CASES, deadline=None, database=None, derandomize=False,
@@ -269,13 +272,13 @@ def test_every_answer_is_well_formed_and_documented(gateway, case):
     check(case, exchange(gateway.port, case.data, method=case.method, half_close=True))
 
 
-def test_no_worker_died_and_a_watcher_is_still_served(gateway):
+def test_no_worker_died_and_a_watcher_is_still_served(gateway, started_pids):
     restarts = gateway.stderr().count(DIED)
     if REPORT:
         with open(REPORT, "w") as fh:
             json.dump({"cases": tally.pop("cases", 0), "restarts": restarts,
                        "statuses": dict(sorted(tally.items()))}, fh)
-    assert restarts == 0 and gateway.worker_pids() == gateway.started_pids
+    assert restarts == 0 and gateway.worker_pids() == started_pids
     status, _, body = rpc(gateway.port, "SendMessage", user_message("/scenario fail"), token=TOKEN)
     assert status == 200 and body["result"]["task"]["id"]
     with SSEStream(gateway.port, "murmur.WatchSession", {}, token=TOKEN, last_event_id="0") as stream:

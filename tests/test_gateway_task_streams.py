@@ -14,12 +14,6 @@ from support import (Http, SSEStream, describe, is_terminal_event, item, rpc, ru
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
-
-
 def stream_all(stream: SSEStream) -> list:
     events = list(stream.events())
     assert stream.ended

@@ -12,41 +12,9 @@ import time
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (SSEStream, gone, wait_for, describe, is_terminal_event, item, rpc, running_gateway,
-                     session_memory, task_id_of, user_message)
-
-WATCH = "murmur.WatchSession"
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
-
-
-def send(port: int, text: str) -> str:
-    status, _, body = rpc(port, "SendMessage", user_message(text))
-    assert status == 200, body
-    return body["result"]["task"]["id"]
-
-
-def task_events(stream: SSEStream, task_id: str) -> list:
-    """This task's events on a watch stream, up to and including its terminal status."""
-    out = []
-    for event in stream.events():
-        if task_id_of(event) == task_id:
-            out.append(event)
-            if is_terminal_event(event):
-                return out
-    raise AssertionError("stream ended before the task did")
-
-
-def watch(port: int, **kw) -> SSEStream:
-    stream = SSEStream(port, WATCH, {}, **kw)
-    assert stream.status == 200
-    first = stream.next()
-    assert item(first).frame["frame"] == "connection-ack"
-    return stream
+from support import (SSEStream, WATCH, describe, gone, is_terminal_event, item, rpc,
+                     running_gateway, send, session_memory, stopped, task_events, task_id_of,
+                     user_message, wait_for, watch)
 
 
 def test_head_is_exactly_the_specs(gateway):
@@ -307,13 +275,13 @@ def test_killed_worker_is_replaced_while_other_streams_continue(tmp_path):
             for stream in survivors:  # the other worker's streams continue unbroken
                 events = task_events(stream, task_id)
                 assert [e.id for e in events] == list(range(events[0].id, events[0].id + 24))
-            served = set()
-            for _ in range(40):  # new connections are served, the new worker among them
-                with watch(gw.port) as fresh:
-                    served.add(fresh.worker_pid)
-                if after[0] in served:
-                    break
-            assert after[0] in served
+            os.kill(before[1], signal.SIGSTOP)  # the one accept queue left to the new worker
+            try:
+                wait_for(lambda: stopped(before[1]), what="the other worker to stop")
+                with watch(gw.port) as fresh:  # a new connection is served, by the new worker
+                    assert fresh.worker_pid == after[0]
+            finally:
+                os.kill(before[1], signal.SIGCONT)
         finally:
             for stream in streams:
                 stream.close()

@@ -18,24 +18,17 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import tls
 from gateway.worker.hypercorn import direct
-from support import (SSEStream, describe, is_terminal_event, item, running_gateway, task_id_of, user_message,
-                     wait_for)
-from test_observability import scrape
-from tls_support import Certificates, H2Connection, accounted, lagged_frames
+from support import (GatewayOptions, SSEStream, describe, is_terminal_event, item, running_gateway,
+                     scrape, task_id_of, user_message, wait_for)
+from tls_support import H2Connection, accounted, lagged_frames
 
 WATCH = "murmur.WatchSession"
 LIVE = str(2**40)  # a Last-Event-ID past head: live events only, no replay
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def gateway(certs):
-    with running_gateway(*certs.args, tls=certs.client_context(), workers=1) as gw:
-        yield gw
+def gateway_options(certs):
+    return GatewayOptions(*certs.args, tls=certs.client_context(), workers=1)
 
 
 def send(gw, certs, text: str) -> str:
@@ -191,7 +184,6 @@ def test_stalled_http2_stream_lags_while_its_neighbour_goes_on(certs, tmp_path):
         # each hole; the stalled stream must have lagged.
         assert accounted(fast.events, 3004) and lagged_frames(slow.events)
         assert "SSE broadcast lagged by" in gw.stderr()
-
 
 
 async def which_body(scope, receive, send):

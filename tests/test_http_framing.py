@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from gateway.protocol.parser import SSEParser
-from support import describe, is_terminal_event, rpc, running_gateway, user_message
+from support import GatewayOptions, describe, is_terminal_event, rpc, running_gateway, user_message
 
 READ_TIMEOUT = 20.0
 HEADER_TIMEOUT = "120"
@@ -28,9 +28,8 @@ SSM = "SendStreamingMessage"
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway("--header-timeout", HEADER_TIMEOUT, tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
+def gateway_options():
+    return GatewayOptions("--header-timeout", HEADER_TIMEOUT)
 
 
 def post(method: str, params: dict, version: str = "1.1", headers: bytes = b"") -> bytes:

@@ -6,15 +6,12 @@ connection or only sent a FIN."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 
 import pytest
 from hypercorn.asyncio import tcp_server
 
 from gateway.worker.hypercorn import lean
-from support import SSEStream, running_gateway, wait_for
-from test_observability import scrape
+from support import SSEStream, reset, running_gateway, scrape, wait_for
 
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 
@@ -36,12 +33,6 @@ def test_lean_queue_is_a_queue():
         queue.put_nowait("c")
         return [got, await waiter, seen, queue.empty()]
     assert asyncio.run(use()) == [["a", "b"], "c", ["a", "b", "c"], True]
-
-
-def reset(stream: SSEStream) -> None:
-    """Close the connection with a reset (SO_LINGER 0): the client is gone, not half-closed."""
-    stream.http.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    stream.http.close()
 
 
 @pytest.mark.parametrize("leave", [reset, SSEStream.close], ids=["reset", "fin"])

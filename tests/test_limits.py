@@ -1,8 +1,8 @@
 """Every limit of the door, end to end over raw sockets: each answered with its status and body.
 
 The limits and what each defends are in SECURITY.md; the order of checks in
-gateway/worker/dispatch.py. `exchange` sends raw bytes and reads the answer with h11 (a client that
-refuses malformed HTTP), so the fuzz suite uses it too.
+gateway/worker/dispatch.py. `exchange` (support.py) sends raw bytes and reads the answer with h11
+(a client that refuses malformed HTTP); the fuzz suite uses it too.
 """
 
 from __future__ import annotations
@@ -10,84 +10,12 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
-from typing import NamedTuple
 
-import h11
 import orjson
 import pytest
 
-from support import (SSEStream, headers_for, item, problem_detail, rpc, rpc_body, running_gateway,
-                     user_message, wait_for)
-
-WATCH = "murmur.WatchSession"
-
-
-class Answer(NamedTuple):
-    status: int
-    headers: dict[str, str]
-    body: bytes  # b"" for a stream, whose head is all that is read
-
-
-class Malformed(AssertionError):
-    """The server wrote bytes that are not one well-formed HTTP/1.1 response."""
-
-
-def exchange(port: int, data: bytes, *, method: str = "POST", half_close: bool = False,
-             timeout: float = 10.0) -> Answer | None:
-    """Send `data` on a new connection; the answer, or None when the server closed without one.
-
-    `method` tells h11 how the response is framed (HEAD has no body). `half_close` shuts the
-    write side after sending, as a client that truncates its request does.
-    """
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            sock.sendall(data)
-            if half_close:
-                sock.shutdown(socket.SHUT_WR)
-        conn = h11.Connection(h11.CLIENT)
-        conn.send(h11.Request(method=method, target="/", headers=[("Host", "fuzz")]))
-        conn.send(h11.EndOfMessage())
-        status, headers, body, received = None, {}, bytearray(), 0
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                if received == 0:
-                    return None
-                raise Malformed(f"{exc}: {bytes(body[:200])!r}") from exc
-            if event is h11.NEED_DATA:
-                try:
-                    chunk = sock.recv(65536)
-                except ConnectionResetError:
-                    chunk = b""
-                received += len(chunk)
-                conn.receive_data(chunk)
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-                headers = {k.decode().lower(): v.decode() for k, v in event.headers}
-                if headers.get("content-type") == "text/event-stream":
-                    return Answer(status, headers, b"")
-            elif isinstance(event, h11.Data):
-                body += event.data
-            elif isinstance(event, h11.EndOfMessage):
-                return Answer(status, headers, bytes(body))
-            elif isinstance(event, h11.ConnectionClosed):
-                if status is not None:
-                    raise Malformed("the connection closed in the middle of a response")
-                return None
-
-
-def head(method: str, target: str, headers: list[tuple[str, str]], body: bytes = b"") -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers)]
-    if body:
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def refusal(answer: Answer | None, status: int) -> str:
-    """The problem `detail` of an answer that must be that door refusal."""
-    assert answer is not None and answer.status == status, answer
-    return problem_detail(status, answer.headers, answer.body)
+from support import (Answer, GatewayOptions, SSEStream, WATCH, exchange, head, headers_for, item,
+                     refusal, rpc, rpc_body, running_gateway, user_message, wait_for)
 
 
 def rpc_error(answer: Answer | None) -> dict:
@@ -100,11 +28,9 @@ def post(body: bytes, extra: list | None = None) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway("--max-body-bytes", "4096", "--max-headers", "12", "--max-header-bytes", "2048",
-                         "--max-rpc-id-chars", "8", "--body-timeout", "0.5", "--header-timeout", "0.5",
-                         tmp_path=tmp_path_factory.mktemp("limits")) as gw:
-        yield gw
+def gateway_options():
+    return GatewayOptions("--max-body-bytes", "4096", "--max-headers", "12", "--max-header-bytes", "2048",
+                          "--max-rpc-id-chars", "8", "--body-timeout", "0.5", "--header-timeout", "0.5")
 
 
 def test_body_over_the_limit_is_413(gateway):

@@ -16,19 +16,24 @@ import orjson
 import pytest
 
 from loadtest.csse_client import newest_id
-from support import ROOT, running_gateway, wait_for
+from support import GatewayOptions, ROOT, wait_for
 
 RUN_TIMEOUT = 120
 CSSE_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "csse", "build.sh")  # build tooling only
 
 
-def test_driver_holds_watchers_and_checks_their_ids(tmp_path):
-    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
-        out = subprocess.run(
-            [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/",
-             "--watchers", "20", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
-             "--heartbeat-interval", "0.3", "--server-pid", str(gateway.pid)],
-            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+@pytest.fixture(scope="module")
+def gateway_options():
+    """One loaded gateway the kit's clients take turns on (each opens watchers of its own)."""
+    return GatewayOptions("--sim-load", "200")
+
+
+def test_driver_holds_watchers_and_checks_their_ids(gateway):
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/",
+         "--watchers", "20", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
+         "--heartbeat-interval", "0.3", "--server-pid", str(gateway.pid)],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert out.returncode == 0, out.stderr
     report = orjson.loads(out.stdout.strip().splitlines()[-1])
     assert report["opened"] == 20 and report["failed"] == 0
@@ -39,19 +44,18 @@ def test_driver_holds_watchers_and_checks_their_ids(tmp_path):
 
 
 @pytest.mark.skipif(not (os.path.exists(CSSE_BUILD) and shutil.which("gcc")), reason="no csse sources or gcc")
-def test_csse_client_takes_the_driver_options_and_reports_like_it(tmp_path):
+def test_csse_client_takes_the_driver_options_and_reports_like_it(gateway, tmp_path):
     """The bench's `--client` contract: the driver's options in, the driver's report out;
     the probe finds the newest id, which the watchers then send as Last-Event-ID."""
     binary = subprocess.run(["bash", CSSE_BUILD, str(tmp_path / "csse")], capture_output=True, text=True,
                             check=True).stdout.strip()
-    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
-        url = f"http://127.0.0.1:{gateway.port}/"
-        wait_for(lambda: newest_id(url, "murmur.WatchSession") > 0, what="a load event to resume from")
-        out = subprocess.run(
-            [sys.executable, "-m", "loadtest.csse_client", binary, "--url", f"http://127.0.0.1:{gateway.port}/",
-             "--watchers", "20", "--procs", "1", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
-             "--server-pid", str(gateway.pid)],
-            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    url = f"http://127.0.0.1:{gateway.port}/"
+    wait_for(lambda: newest_id(url, "murmur.WatchSession") > 0, what="a load event to resume from")
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.csse_client", binary, "--url", f"http://127.0.0.1:{gateway.port}/",
+         "--watchers", "20", "--procs", "1", "--duration", "2", "--warmup", "0.5", "--connect-timeout", "20",
+         "--server-pid", str(gateway.pid)],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert out.returncode == 0, out.stderr
     report = orjson.loads(out.stdout.strip().splitlines()[-1])
     assert report["opened"] == 20 and report["failed"] == 0 and report["errors"] == []
@@ -73,14 +77,13 @@ def test_memparts_counts_one_stream_per_idle_watcher(tmp_path):
     assert result["kib_per_watcher"]["VmRSS"] > 0
 
 
-def test_locust_headless_run_reports_sse_events(tmp_path):
-    with running_gateway("--sim-load", "200", tmp_path=tmp_path) as gateway:
-        out = subprocess.run(
-            [sys.executable, "-m", "locust", "-f", os.path.join(ROOT, "loadtest", "locustfile.py"),
-             "--headless", "-u", "5", "-r", "5", "-t", "3s", "--host", f"http://127.0.0.1:{gateway.port}",
-             "--csv", str(tmp_path / "sse"), "--only-summary", "--stop-timeout", "2", "-L", "WARNING",
-             "--heartbeat-interval", "0.3"],
-            cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+def test_locust_headless_run_reports_sse_events(gateway, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", os.path.join(ROOT, "loadtest", "locustfile.py"),
+         "--headless", "-u", "5", "-r", "5", "-t", "3s", "--host", f"http://127.0.0.1:{gateway.port}",
+         "--csv", str(tmp_path / "sse"), "--only-summary", "--stop-timeout", "2", "-L", "WARNING",
+         "--heartbeat-interval", "0.3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert out.returncode == 0, out.stderr[-3000:]
     with open(tmp_path / "sse_stats.csv", newline="") as fh:
         rows = {(row["Type"], row["Name"]): row for row in csv.DictReader(fh)}

@@ -14,7 +14,8 @@ import urllib.request
 
 import orjson
 
-from support import ROOT, SSEStream, require_tool, rpc, running_gateway, user_message, wait_for
+from support import (ROOT, SSEStream, require_tool, rpc, running_gateway, scrape, series,
+                     user_message, wait_for)
 from tls_support import Certificates
 
 DASHBOARD = os.path.join(ROOT, "grafana", "dashboards", "murmur-gateway.json")
@@ -28,20 +29,6 @@ REQUIRED = [
     "murgw_ring_oldest_id", "murgw_upstream_connected",
 ]
 GRAFANA_MACROS = {"$__rate_interval": "10s", "$__interval": "5s", "$__range": "1m"}
-
-
-def scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
-
-
-def series(samples: dict, metric: str) -> dict[str, float]:
-    return {k: v for k, v in samples.items() if k == metric or k.startswith(metric + "{")}
 
 
 def panels() -> list[dict]:

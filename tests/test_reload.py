@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
-from support import SSEStream, rpc, running_gateway, token_table, wait_for
-from test_observability import scrape
+from support import SSEStream, rpc, running_gateway, scrape, token_table, wait_for
 
 WATCH = "murmur.WatchSession"
 LIVE = str(2**40)

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from support import rpc, running_gateway, user_message, wait_for
+from support import GatewayOptions, rpc, user_message, wait_for
 
 TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(workers=1, tmp_path=tmp_path_factory.mktemp("scenarios")) as gw:
-        yield gw
+def gateway_options():
+    return GatewayOptions(workers=1)
 
 
 def send(port: int, text: str) -> str:

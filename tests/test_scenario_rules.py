@@ -20,8 +20,8 @@ import hashlib
 import pytest
 
 from gateway.capsule.scripts import SCREENSHOT
-from support import Http, describe, item, rpc, running_gateway, task_id_of, user_message
-from test_gateway_watch import send, task_events, watch
+from support import (GatewayOptions, Http, describe, item, rpc, send, task_events, task_id_of,
+                     user_message, watch)
 
 TOOL_SCENARIOS = ["hello", "/scenario tools n=2", "/scenario image", "/scenario maxturns",
                   "/scenario input prompt=Which?", "/scenario timeout"]
@@ -30,13 +30,15 @@ ARTIFACT_KEYS = ["frame", "toolName", "content", "fenceSource", "toolCallId", "i
 
 
 @pytest.fixture(scope="module", params=["http", "process"])
-def gateway(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(request.param)
-    config = tmp / "gateway.toml"
-    config.write_text(f'[inference]\ntransport = "{request.param}"\n')
-    with running_gateway("--config", str(config), tmp_path=tmp) as gw:
-        gw.transport = request.param
-        yield gw
+def transport(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def gateway_options(transport, tmp_path_factory):
+    config = tmp_path_factory.mktemp(transport) / "gateway.toml"
+    config.write_text(f'[inference]\ntransport = "{transport}"\n')
+    return GatewayOptions("--config", str(config))
 
 
 def run_task(port: int, text: str) -> tuple[str, list]:
@@ -80,7 +82,7 @@ def test_an_empty_final_text_frame_only_ends_a_turn_that_streamed_text(gateway, 
 
 
 @pytest.mark.parametrize("text", TOOL_SCENARIOS)
-def test_artifact_frames_are_the_transports(gateway, text):
+def test_artifact_frames_are_the_transports(gateway, transport, text):
     _, events = run_task(gateway.port, text)
     frames = [item(e).frame for e in events if describe(e) == "artifact"]
     assert frames
@@ -89,9 +91,9 @@ def test_artifact_frames_are_the_transports(gateway, text):
         assert frame["truncated"] is False
         if frame["fenceSource"] is not None:
             assert frame["content"].startswith(f"<untrusted-content source={frame['fenceSource']}>\n")
-        if gateway.transport == "process":
+        if transport == "process":
             assert frame["exitCode"] is None and frame["attachments"] == [], frame
-    if text == "hello" and gateway.transport == "http":
+    if text == "hello" and transport == "http":
         assert frames[0]["exitCode"] == 0
 
 
@@ -107,14 +109,14 @@ def test_the_order_of_the_input_and_timeout_scenarios(gateway):
         "input_required:Which file?", "artifact", "failed:input-timeout"]
 
 
-def test_an_image_is_listed_and_served_on_http_and_a_placeholder_on_process(gateway):
+def test_an_image_is_listed_and_served_on_http_and_a_placeholder_on_process(gateway, transport):
     task_id, events = run_task(gateway.port, "/scenario image")
     frame = next(item(e).frame for e in events if describe(e) == "artifact")
     sha = hashlib.sha256(SCREENSHOT).hexdigest()
     fence = "<untrusted-content source=tool:screenshot>\nsaved shot.png\n</untrusted-content>"
     url = f"/attachments/{task_id}/{sha}"
     status, _, body = Http(gateway.port).request("GET", url)
-    if gateway.transport == "process":
+    if transport == "process":
         assert frame["content"] == f"{fence}\n[image: image/png, {len(SCREENSHOT)} bytes, sha256 {sha}]"
         assert frame["fenceSource"] == "tool:screenshot" and frame["attachments"] == []
         assert (status, body) == (404, b"")  # nothing is stored

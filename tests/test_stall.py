@@ -13,8 +13,8 @@ import time
 import pytest
 
 from gateway.stall import TEST_HANG_ENV
-from support import SSEStream, running_gateway, wait_for
-from test_faults import WATCH, Recorder, assert_gapless_to, resume, start_watchers, stop_all
+from support import (Recorder, SSEStream, WATCH, assert_gapless_to, resume, running_gateway,
+                     start_watchers, stop_all, stopped, wait_for)
 
 STALL = "1"  # --worker-stall-timeout for these tests, seconds
 
@@ -55,7 +55,10 @@ def test_a_stopped_worker_is_left_alone(tmp_path):
         workers = wait_for(lambda: len(gw.worker_pids()) == 2 and gw.worker_pids(), what="workers")
         os.kill(workers[0], signal.SIGSTOP)
         try:
-            time.sleep(4 * float(STALL))  # several thresholds stopped: it must survive them all
+            wait_for(lambda: stopped(workers[0]), what="the worker to stop")
+            # Not a wait for something to happen: the fault itself, held for several
+            # thresholds from the moment it took effect, which the worker must survive.
+            time.sleep(4 * float(STALL))
         finally:
             os.kill(workers[0], signal.SIGCONT)
         # Once running, its loop turns again: the same process goes on serving slot 0.

@@ -14,9 +14,7 @@ import time
 import pytest
 
 from gateway.capacity import FD_RESERVE
-from support import ROOT, running_gateway, session_memory, wait_for
-from test_door_auth import token_table
-from test_observability import scrape
+from support import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
 from tls_support import Certificates
 
 IDLE_WINDOW = 2.0  # seconds the supervisor's CPU time is read over

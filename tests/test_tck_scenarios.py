@@ -16,16 +16,10 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from support import SSEStream, describe, item, rpc, running_gateway, wait_for
+from support import SSEStream, describe, item, rpc, wait_for
 
 SESSION = "5e55a0b1"
 _serial = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    with running_gateway(tmp_path=tmp_path_factory.mktemp("gw")) as gw:
-        yield gw
 
 
 def tck_message(scenario: str, text: str = "TCK test", **extra) -> dict:

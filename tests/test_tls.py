@@ -11,20 +11,14 @@ import sys
 import httpx
 import pytest
 
-from support import (ROOT, SSEStream, describe, is_terminal_event, problem_detail, running_gateway, task_id_of, wait_for,
-                     user_message)
-from tls_support import Certificates, accounted, lagged_frames
+from support import (GatewayOptions, ROOT, SSEStream, describe, is_terminal_event, problem_detail,
+                     running_gateway, task_id_of, user_message, wait_for)
+from tls_support import accounted, lagged_frames
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def gateway(certs):
-    with running_gateway(*certs.args, tls=certs.client_context()) as gw:
-        yield gw
+def gateway_options(certs):
+    return GatewayOptions(*certs.args, tls=certs.client_context())
 
 
 def start(*args: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import urllib.request
@@ -10,25 +9,9 @@ import urllib.request
 import orjson
 
 from gateway.protocol.lag import LAG_LIMIT
-from support import (SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
-                     task_id_of, user_message, wait_for)
-from test_observability import scrape
-
-WATCH = "murmur.WatchSession"
-
-
-@contextlib.contextmanager
-def front_of(upstream, tmp_path, *args, **kw):
-    with running_gateway("--upstream", f"http://127.0.0.1:{upstream.port}", *args, tmp_path=tmp_path, **kw) as gw:
-        wait_for(lambda: _ready(gw.port), what="the upstream link")
-        yield gw
-
-
-def _ready(port: int) -> bool:
-    try:
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200
-    except OSError:
-        return False
+from support import (SSEStream, WATCH, describe, front_of, is_terminal_event, item, rpc,
+                     running_gateway, scrape, task_id_of, upstream_ready, user_message, wait_for,
+                     watching_b_after_a_burst)
 
 
 def results_until_terminal(stream: SSEStream, task_id: str) -> list[tuple[int | None, bytes]]:
@@ -142,22 +125,12 @@ def test_upstream_paused_then_resumed_loses_nothing(tmp_path):
         assert "text:turn 3 done" in seen
 
 
-@contextlib.contextmanager
-def watching_b_after_a_burst(tmp_path, n: int):
-    """(A, B in front of it, a watcher on B that has read a burst of `n` to its end, the last
-    id it read): the start of every restart-of-A test."""
-    with running_gateway(tmp_path=tmp_path) as a, front_of(a, tmp_path) as b:
-        rpc(b.port, "SendMessage", user_message(f"/scenario burst n={n}"))
-        with SSEStream(b.port, WATCH, {}) as watcher:
-            yield a, b, watcher, watcher.read_until(is_terminal_event)[-1].id
-
-
 def test_upstream_restart_is_a_new_session(tmp_path):
     with watching_b_after_a_burst(tmp_path, 30) as (a, b, watcher, last):
         a.stop()
-        wait_for(lambda: not _ready(b.port), what="B to notice the upstream is gone")
+        wait_for(lambda: not upstream_ready(b.port), what="B to notice the upstream is gone")
         with running_gateway("--bind", f"127.0.0.1:{a.port}", tmp_path=tmp_path) as a2:
-            wait_for(lambda: _ready(b.port), what="B to reconnect to the new A")
+            wait_for(lambda: upstream_ready(b.port), what="B to reconnect to the new A")
             rpc(a2.port, "SendMessage", user_message("/scenario burst n=3"))
             rest = list(watcher.events())
             assert item(rest[-1]).frame == {"frame": "capsule-closed"}

@@ -14,9 +14,8 @@ import urllib.parse
 import orjson
 import pytest
 
-from support import Http, SSEStream, describe, headers_for, item, rpc, running_gateway, user_message, wait_for
-from test_door_auth import token_table, unknown_like
-from test_upstream import front_of
+from support import (Http, SSEStream, describe, front_of, headers_for, item, rpc, running_gateway,
+                     token_table, unknown_like, user_message, wait_for)
 
 ALICE, BOB, NARROW, LINK, WATCHER = "alice-4b3c2d", "bob-8e7f6a", "narrow-1a2b3c", "link-5d6e7f", "watcher-9c8d7e"
 OWN = ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",

@@ -13,12 +13,9 @@ import sys
 import pytest
 
 from gateway.capsule.resume import RESTARTED, SKIP, Resume
-from support import (ROOT, Http, SSEStream, is_terminal_event, item, problem_detail, rpc, running_gateway,
-                     task_id_of, user_message, wait_for)
-from test_door_auth import token_table
-from test_observability import scrape
-from test_upstream import WATCH, _ready, front_of, watching_b_after_a_burst
-from tls_support import Certificates
+from support import (Http, ROOT, SSEStream, WATCH, front_of, is_terminal_event, item,
+                     problem_detail, rpc, running_gateway, scrape, task_id_of, token_table,
+                     upstream_ready, user_message, wait_for, watching_b_after_a_burst)
 
 LINK_TOKEN = "link-5d6e7f"
 
@@ -67,11 +64,6 @@ def test_an_unusable_upstream_cacert_stops_the_start(tmp_path, content, reason):
     assert line.startswith(f"mur-gateway: --upstream-cacert {path}: ") and reason in line, line
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory):
-    return Certificates(tmp_path_factory.mktemp("upstream-tls"))
-
-
 def test_an_https_upstream_with_a_private_ca(certs, tmp_path):
     with running_gateway(*certs.args, tls=certs.client_context(), tmp_path=tmp_path) as a, \
             running_gateway("--upstream", f"https://localhost:{a.port}", "--upstream-cacert", certs.cafile,
@@ -89,7 +81,7 @@ def test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged(certs, 
         lost = wait_for(lambda: [r for r in b.logs() if r.get("event") == "upstream stream lost"],
                         what="B to log the refused certificate")
         assert "its TLS certificate is not trusted" in lost[0]["error"], lost[0]
-        assert not _ready(b.port)
+        assert not upstream_ready(b.port)
         assert error_of(b.port, "GetTask", {"id": "tsk_none"}) == (-32603, "the upstream capsule is unreachable")
 
 
@@ -151,7 +143,7 @@ def test_an_unreachable_upstream_is_worded_for_the_client(tmp_path):
         port = a.port
         with front_of(a, tmp_path) as b:
             a.stop()
-            wait_for(lambda: not _ready(b.port), what="B to lose A")
+            wait_for(lambda: not upstream_ready(b.port), what="B to lose A")
             for method, params in (("GetTask", {"id": "tsk_none"}), ("SendMessage", user_message("hello")),
                                    ("SendStreamingMessage", user_message("hello")), ("ListTasks", {})):
                 assert error_of(b.port, method, params) == (-32603, "the upstream capsule is unreachable")
