@@ -14,8 +14,9 @@ to frame: `<hex length>\\r\\n<bytes>\\r\\n`.
 
 Only where hypercorn's asyncio HTTP/1.1 path is behind the ASGI `send` and h11 chose
 chunked framing; anywhere else (HTTP/1.0, HTTP/2, another server) `find` answers None and
-the stream gets the ASGI sink. The attribute names `find` follows are hypercorn 0.18.0's;
-tests/test_hypercorn_adapter.py fails if a release moves them.
+the stream gets the ASGI sink. The attributes `find` follows are rows of the adapter's patch
+table (patches.py: hypercorn 0.18.0's and h11 0.16.0's), checked at start: where one moved,
+no stream gets this sink.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """hypercorn under uvloop on the inherited listening socket, and what of its internals we use.
 
-`prepare` checks the internals this package follows (`internals_problem`): on the pinned
-hypercorn it installs lean.py's bookkeeping, http11_fixes.py and h2_backpressure.py, and
-answers the sink factory that finds the direct sink; on anything else it patches nothing,
+`prepare` checks the internals this package follows (`internals_problem`: every row of
+patches.py's table): on the pinned hypercorn, h11, uvloop and Python it installs the table's
+replacements (lean.py's bookkeeping, http11_fixes.py, h2_backpressure.py), and answers the
+sink factory that finds the direct sink; on anything else it patches nothing,
 logs one warning, and every stream gets the plain ASGI sink: slower, and without those
 fixes, but serving. `run` is uvloop with accept.py's burst-accepting loop; `serve` is
 hypercorn's own serve with the gateway's settings (TLS too: gateway/tls.py).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from importlib import metadata
 from typing import Awaitable, Callable, Coroutine
 
 import uvloop
@@ -21,7 +21,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
-from gateway.worker.hypercorn import accept, h2_backpressure, http11_fixes, lean
+from gateway.worker.hypercorn import accept, patches
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
 
@@ -33,27 +33,9 @@ log = logs.get("worker")
 
 
 def internals_problem() -> str | None:
-    """What of hypercorn's (and h11's) internals this package follows is not as it expects;
-    None when all is."""
-    version = metadata.version("hypercorn")
-    if version != lean.HYPERCORN_VERSION:
-        return f"hypercorn {version} is not the {lean.HYPERCORN_VERSION} this gateway follows"
-    import h11
-    from h11 import _writers
-    from hypercorn.asyncio import task_group, worker_context
-    from hypercorn.protocol import h2, h11 as hc_h11
-
-    expected = [(task_group.TaskGroup, "spawn_app"), (task_group, "_handle"),
-                (worker_context.WorkerContext, "event_class"), (_writers, "ChunkedWriter"),
-                (worker_context.EventWrapper, "__init__"), (h2.StreamBuffer, "pop"),
-                (h2, "BUFFER_LOW_WATER"), *((hc_h11.H11Protocol, name) for name in (
-                    "handle", "_send_h11_event", "_maybe_recycle", "_send_error_response",
-                    "_close_stream"))]
-    missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in expected
-               if not hasattr(owner, name)]
-    if "_writer" not in h11.Connection.__init__.__code__.co_names:
-        missing.append("h11.Connection._writer")
-    return f"hypercorn internals moved: {', '.join(missing)}" if missing else None
+    """What of the internals this package follows (patches.TABLE: every row, and the versions
+    each was written against) is not as it expects; None when all is."""
+    return patches.problem()
 
 
 def prepare() -> Callable:
@@ -62,9 +44,7 @@ def prepare() -> Callable:
     if problem is not None:
         log.warning("streams use plain ASGI sends", reason=problem)
         return AsgiSink
-    lean.install()
-    http11_fixes.install()
-    h2_backpressure.install()
+    patches.install()
     return sink_for
 
 
