@@ -26,7 +26,7 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
-from gateway.worker.hypercorn import lean
+from gateway.worker.hypercorn import carried, lean
 from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
 
 
@@ -75,8 +75,9 @@ class DirectSink(Connection):
         self.writer = self.transport = None
 
 
-def find(send: Send, receive: Receive) -> DirectSink | None:
-    """The direct sink behind hypercorn's ASGI send, once the response head is sent."""
+def _writer_of(send: Send) -> tuple[asyncio.StreamWriter, asyncio.StreamReader] | None:
+    """hypercorn's writer and reader behind its ASGI send, once the response head is sent
+    and h11 chose chunked framing; None anywhere else."""
     http_stream = getattr(send, "__self__", None)
     protocol = getattr(getattr(http_stream, "send", None), "__self__", None)
     server = getattr(getattr(protocol, "send", None), "__self__", None)
@@ -87,9 +88,23 @@ def find(send: Send, receive: Receive) -> DirectSink | None:
     if connection.our_state is not h11.SEND_BODY or not isinstance(getattr(connection, "_writer", None),
                                                                    ChunkedWriter):
         return None
-    return DirectSink(send, receive, writer)
+    return writer, server.reader
 
 
-def sink_for(send: Send, receive: Receive) -> Connection:
-    """The fastest sink this connection allows: direct where found, ASGI elsewhere."""
+def find(send: Send, receive: Receive) -> DirectSink | None:
+    """The direct sink behind hypercorn's ASGI send, once the response head is sent."""
+    found = _writer_of(send)
+    return None if found is None else DirectSink(send, receive, found[0])
+
+
+def sink_for(send: Send, receive: Receive):
+    """The fastest sink this connection allows: carried out of hypercorn (carried.py) where
+    the app runs under `carrying`, else direct where found, else ASGI."""
+    relay = carried.relay_of(send)
+    if relay is not None:
+        found = _writer_of(relay.send_to)
+        lean = None if found is None else carried.carry(relay, *found)
+        if lean is not None:
+            return lean
+        send, receive = relay.send_to, relay.receive_from  # served inside hypercorn, as before
     return find(send, receive) or AsgiSink(send, receive)

@@ -21,7 +21,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
-from gateway.worker.hypercorn import accept, patches
+from gateway.worker.hypercorn import accept, carried, patches
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
 
@@ -38,13 +38,21 @@ def internals_problem() -> str | None:
     return patches.problem()
 
 
+_carrying = False  # prepare found what carried.py follows: serve runs the app under `carrying`
+
+
 def prepare() -> Callable:
     """Install what the internals allow; the sink factory `(send, receive) -> Sink`."""
+    global _carrying
     problem = internals_problem()
     if problem is not None:
         log.warning("streams use plain ASGI sends", reason=problem)
         return AsgiSink
     patches.install()
+    carry_problem = patches.problem(patches.CARRY)
+    if carry_problem is not None:
+        log.warning("streams stay inside hypercorn after their head", reason=carry_problem)
+    _carrying = carry_problem is None
     return sink_for
 
 
@@ -85,4 +93,8 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     loop = asyncio.get_running_loop()
     if isinstance(loop, accept.Loop):
         loop.busier = busier
-    await hypercorn_serve(app, hypercorn_config(listener, config), shutdown_trigger=shutdown)
+    try:
+        await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
+                              shutdown_trigger=shutdown)
+    finally:
+        await carried.end_carried(GRACE_SECONDS)
