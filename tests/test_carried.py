@@ -134,3 +134,60 @@ def test_a_reset_watcher_has_left(gateways):
             wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 1, what="the stream open")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 0, what="the reset noticed")
+
+
+LAGGED = b'"frame":"lagged"'
+DIGITS = re.compile(rb"\d+")
+
+
+HEAD = "murgw_ring_head_id"
+PAST_ANY_BUFFER = 3000  # events: ~1.2 MB at 400 B, far past the socket buffers and the high-water mark
+
+
+def lagged_chunk(gw) -> bytes:
+    """A watcher that stops reading under load: the chunk carrying its `lagged` frame once it
+    reads again, ids, counts and sizes masked (they follow the timing)."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(post("murmur.WatchSession", {}))
+        first = read_until(sock, lambda d: b"\r\n\r\n" in d)
+        start = scrape(gw.metrics_port)[HEAD]
+        wait_for(lambda: scrape(gw.metrics_port)[HEAD] > start + PAST_ANY_BUFFER, timeout=60,
+                 what="the ring far past what the stalled watcher's buffers hold")
+        data = read_until(sock, lambda d: LAGGED in d and d.find(b"\n\n", d.find(LAGGED)) > 0)
+    body = (first + data).partition(b"\r\n\r\n")[2]
+    events, at = b"", 0
+    while True:  # the whole chunks read, each framed; then the partial last one
+        line_end = body.find(b"\r\n", at)
+        if line_end < 0:  # read up to a chunk's end, or into its size line
+            break
+        size = int(body[at:line_end], 16)
+        if line_end + 4 + size > len(body):
+            events += body[line_end + 2:]
+            break
+        assert body[line_end + 2 + size:line_end + 4 + size] == b"\r\n"
+        events += body[line_end + 2:line_end + 2 + size]
+        at = line_end + 4 + size
+    where = events.find(LAGGED)
+    frame = events[events.rfind(b"data:", 0, where):events.find(b"\n\n", where) + 2]
+    return DIGITS.sub(b"#", normalised(frame))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """Both paths at once, each under 500 events a second."""
+    with contextlib.ExitStack() as stack:
+        running = {}
+        for path in ("carried", "inside"):
+            folder = tmp_path_factory.mktemp(f"loaded-{path}")
+            (folder / "sitecustomize.py").write_text(textwrap.dedent(PROBE + (FALLBACK if path == "inside" else "")))
+            running[path] = stack.enter_context(running_gateway(
+                "--sim-load", "500", "--sim-load-size", "300", workers=1, metrics=True, tmp_path=folder,
+                env={"PYTHONPATH": str(folder)}))
+        yield running
+
+
+def test_a_stalled_reader_lags_alike(loaded):
+    answers = each(loaded, lagged_chunk)
+    assert answers["carried"] == answers["inside"]
+    assert answers["carried"].startswith(b"data: ") and LAGGED in answers["carried"]
