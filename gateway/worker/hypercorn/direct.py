@@ -56,7 +56,7 @@ class DirectSink(Connection):
         """False past the high-water mark, and when the write failed (the peer reset; a FIN is
         noticed on the read side, http11_fixes.py)."""
         transport = self.transport
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        transport.write(carried.chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     async def drain(self) -> None:
