@@ -1,16 +1,20 @@
 """gateway/worker/hypercorn/: the one package that knows hypercorn. These fail, naming what
 moved, when a hypercorn (or h11) release changes an internal the adapter follows; the adapter
 itself then falls back to plain ASGI sends (slower, still correct), which is checked here
-too. tests/test_direct_body.py and tests/test_lean.py check the same internals live."""
+too. tests/test_direct_body.py and tests/test_lean.py check the same internals live.
+
+`prepare` patches the process it runs in, so every test that calls it runs it in a child
+Python: this pytest process keeps hypercorn as released."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
+import textwrap
 
-from gateway.worker.hypercorn import serving
-from gateway.worker.hypercorn.asgi import AsgiSink
-from gateway.worker.hypercorn.direct import sink_for
+from gateway.worker.hypercorn import patches, serving
 from support import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
@@ -18,16 +22,84 @@ ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
 H11_CLIENT = pathlib.Path(ROOT, "gateway", "capsule", "upstream_http.py")
 
 
+def in_child(code: str) -> str:
+    """Run `code` in a fresh Python (the patches land there, not here); its stdout."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_the_internals_the_adapter_follows_are_where_it_expects():
     problem = serving.internals_problem()
-    assert problem is None, f"{problem}: update gateway/worker/hypercorn/ (direct.py, lean.py) for it"
+    assert problem is None, f"{problem}: update gateway/worker/hypercorn/ (patches.py's table) for it"
 
 
-def test_on_a_hypercorn_it_does_not_know_streams_use_plain_asgi(monkeypatch):
-    assert serving.prepare() is sink_for
-    monkeypatch.setattr(serving.metadata, "version", lambda name: "99.0")
-    assert "hypercorn 99.0" in serving.internals_problem()
-    assert serving.prepare() is AsgiSink
+def test_prepare_installs_every_replacement_in_the_table():
+    out = in_child("""
+        from gateway.worker.hypercorn import patches, serving
+        from gateway.worker.hypercorn.direct import sink_for
+        assert serving.prepare() is sink_for
+        for row in patches.TABLE:
+            if row.replacement is not None:
+                assert getattr(patches.resolve(row.owner), row.name) is patches.resolve(row.replacement), row
+        print(sum(row.replacement is not None for row in patches.TABLE))
+    """)
+    assert int(out) == 8  # spawn_app, _read_data, event_class; http11_fixes.py's 4; StreamBuffer.pop
+
+
+def test_this_process_is_not_patched():
+    from hypercorn.protocol.h11 import H11Protocol
+    assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
+
+
+def test_on_a_version_it_does_not_know_streams_use_plain_asgi_and_nothing_is_patched():
+    out = in_child("""
+        from gateway.worker.hypercorn import patches, serving
+        from gateway.worker.hypercorn.asgi import AsgiSink
+        from hypercorn.protocol.h11 import H11Protocol
+        before = H11Protocol.handle
+        patches.VERSIONS["hypercorn"] = "99.0"
+        print(serving.internals_problem())
+        assert serving.prepare() is AsgiSink
+        assert H11Protocol.handle is before
+    """)
+    assert "hypercorn 0.18.0 is not the 99.0" in out
+
+
+def test_a_row_that_moved_is_named_and_nothing_is_patched():
+    out = in_child("""
+        from gateway.worker.hypercorn import patches, serving
+        from gateway.worker.hypercorn.asgi import AsgiSink
+        from hypercorn.protocol.h11 import H11Protocol
+        before = H11Protocol.handle
+        patches.TABLE = (*patches.TABLE, patches.Row("h11._connection:Connection", "_gone", None, "h11", "__init__"),
+                         patches.Row("hypercorn.protocol.h2:Nowhere", "pop", None, "hypercorn"))
+        print(serving.internals_problem())
+        assert serving.prepare() is AsgiSink
+        assert H11Protocol.handle is before
+    """)
+    assert "h11._connection:Connection._gone" in out and "hypercorn.protocol.h2:Nowhere.pop" in out
+
+
+def test_every_replacement_in_the_adapter_is_a_row():
+    """No module of the adapter assigns to an imported module's or class's attribute, nor calls
+    setattr: patches.py's `install` alone replaces another library's attributes."""
+    for path in ADAPTER.glob("*.py"):
+        if path.name == "patches.py":
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        for node in ast.walk(tree):
+            assert not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr"), path.name
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                assert not (target is not root and isinstance(root, ast.Name) and root.id in imported), \
+                    f"{path.name}:{node.lineno}: an imported object's attribute replaced outside patches.py"
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:

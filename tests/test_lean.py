@@ -8,22 +8,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from hypercorn.asyncio import tcp_server
 
-from gateway.worker.hypercorn import lean
+from gateway.worker.hypercorn.asgi import Inbox
 from support import SSEStream, reset, running_gateway, scrape, wait_for
 
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 
 
-def test_installs_on_the_pinned_hypercorn():
-    assert lean.install()
-    assert tcp_server.TCPServer._read_data is lean.read_data
-
-
-def test_lean_queue_is_a_queue():
+def test_the_inbox_is_a_queue_that_tells_of_each_message():
+    """asgi.py's `Inbox` over lean.py's `LeanQueue`: a queue's semantics, each put told."""
     async def use() -> list:
-        queue, seen = lean.LeanQueue(2), []
+        queue, seen = Inbox(2), []
         queue.on_put = seen.append
         await queue.put("a")
         queue.put_nowait("b")

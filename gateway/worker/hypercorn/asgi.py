@@ -5,8 +5,8 @@ internals direct.py no longer finds. `write` keeps the body and answers blocked,
 stream's coroutine sends it in `drain`: one ASGI send per wake-up.
 
 How a sink learns its client left (`Connection`, which the direct sink shares): where the
-receive queue is lean.py's `LeanQueue`, the queue tells the sink of each message it takes
-(no task waits on `receive`); anywhere else a task of the sink's own waits on `receive` for
+receive queue is an `Inbox` (the patch table's `spawn_app` makes one per request), the queue
+tells the sink of each message it takes (no task waits on `receive`); anywhere else a task of the sink's own waits on `receive` for
 `http.disconnect`. An idle stream holds its sink for as long as it is open, so a sink keeps
 only what it uses (slots, no callback object: the listener's `poke` is called).
 """
@@ -16,10 +16,25 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
-from gateway.worker.hypercorn.lean import LeanQueue
+from gateway.worker.hypercorn.lean import LeanQueue, spawn_app_over
 
 Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
+
+
+class Inbox(LeanQueue):
+    """A request's receive queue that tells `on_put` of each message the server queues for the
+    app, so a stream learns of `http.disconnect` without a task of its own waiting on `receive`."""
+
+    on_put = None
+
+    def put_nowait(self, item) -> None:  # `put` ends here too
+        super().put_nowait(item)
+        if self.on_put is not None:
+            self.on_put(item)
+
+
+spawn_app = spawn_app_over(Inbox)  # hypercorn's TaskGroup.spawn_app, in the patch table (patches.py)
 
 
 class Connection:
@@ -30,7 +45,7 @@ class Connection:
     def __init__(self, send: Send, receive: Receive):
         self._send = send
         self._receive = receive
-        self._receiving: LeanQueue | asyncio.Task | None = None  # the queue told of messages, or our task
+        self._receiving: Inbox | asyncio.Task | None = None  # the queue told of messages, or our task
         self._listener = None  # has `poke()`, called once when the client leaves
         self.left = False  # the client went away (or a write to it failed)
 
@@ -47,8 +62,8 @@ class Connection:
 
     def on_disconnect(self, listener) -> None:
         self._listener = listener
-        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue (lean.py)
-        if isinstance(inbox, LeanQueue):
+        inbox = getattr(self._receive, "__self__", None)  # hypercorn's receive queue, where patched
+        if isinstance(inbox, Inbox):
             self._receiving = inbox
             inbox.on_put = self._on_receive
             while not inbox.empty():  # the client may have left while the stream opened
@@ -78,7 +93,7 @@ class Connection:
 
     def release(self) -> None:
         receiving = self._receiving
-        if isinstance(receiving, LeanQueue):
+        if isinstance(receiving, Inbox):
             receiving.on_put = None
         elif receiving is not None:
             receiving.cancel()

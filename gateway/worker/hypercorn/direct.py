@@ -14,12 +14,9 @@ to frame: `<hex length>\\r\\n<bytes>\\r\\n`.
 
 Only where hypercorn's asyncio HTTP/1.1 path is behind the ASGI `send` and h11 chose
 chunked framing; anywhere else (HTTP/1.0, HTTP/2, another server) `find` answers None and
-the stream gets the ASGI sink. The attribute names `find` follows (the `__self__` of each
-bound `send`, the protocol's `connection`, the server's `writer`) are hypercorn 0.18.0's.
-A release that moves them makes `find` answer None, so streams fall back to the ASGI sink;
-tests/test_direct_body.py, which serves a real connection and expects the direct body, fails
-then. The check at start (`serving.internals_problem`, tests/test_hypercorn_adapter.py) does
-not look at them.
+the stream gets the ASGI sink. The attributes `find` follows are rows of the adapter's patch
+table (patches.py: hypercorn 0.18.0's and h11 0.16.0's), checked at start: where one moved,
+no stream gets this sink.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
-from gateway.worker.hypercorn import lean
+from gateway.worker.hypercorn import carried, lean
 from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
 
 
@@ -59,7 +56,7 @@ class DirectSink(Connection):
         """False past the high-water mark, and when the write failed (the peer reset; a FIN is
         noticed on the read side, http11_fixes.py)."""
         transport = self.transport
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        transport.write(carried.chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     async def drain(self) -> None:
@@ -78,8 +75,9 @@ class DirectSink(Connection):
         self.writer = self.transport = None
 
 
-def find(send: Send, receive: Receive) -> DirectSink | None:
-    """The direct sink behind hypercorn's ASGI send, once the response head is sent."""
+def _writer_of(send: Send) -> tuple[asyncio.StreamWriter, asyncio.StreamReader] | None:
+    """hypercorn's writer and reader behind its ASGI send, once the response head is sent
+    and h11 chose chunked framing; None anywhere else."""
     http_stream = getattr(send, "__self__", None)
     protocol = getattr(getattr(http_stream, "send", None), "__self__", None)
     server = getattr(getattr(protocol, "send", None), "__self__", None)
@@ -90,9 +88,23 @@ def find(send: Send, receive: Receive) -> DirectSink | None:
     if connection.our_state is not h11.SEND_BODY or not isinstance(getattr(connection, "_writer", None),
                                                                    ChunkedWriter):
         return None
-    return DirectSink(send, receive, writer)
+    return writer, server.reader
 
 
-def sink_for(send: Send, receive: Receive) -> Connection:
-    """The fastest sink this connection allows: direct where found, ASGI elsewhere."""
+def find(send: Send, receive: Receive) -> DirectSink | None:
+    """The direct sink behind hypercorn's ASGI send, once the response head is sent."""
+    found = _writer_of(send)
+    return None if found is None else DirectSink(send, receive, found[0])
+
+
+def sink_for(send: Send, receive: Receive):
+    """The fastest sink this connection allows: carried out of hypercorn (carried.py) where
+    the app runs under `carrying`, else direct where found, else ASGI."""
+    relay = carried.relay_of(send)
+    if relay is not None:
+        found = _writer_of(relay.send_to)
+        lean = None if found is None else carried.carry(relay, *found)
+        if lean is not None:
+            return lean
+        send, receive = relay.send_to, relay.receive_from  # served inside hypercorn, as before
     return find(send, receive) or AsgiSink(send, receive)

@@ -11,8 +11,8 @@ without bound, and the stream never falls behind, so it never lags (gateway/work
 Here `pop` releases the pusher only when what is left is under the low-water mark: a stream
 whose window is shut holds at most about 32 KiB plus one send, its ASGI send waits, its cursor
 stays behind and it lags exactly as an HTTP/1.1 stream with a full socket buffer does
-(tests/test_http2.py). hypercorn is pinned (pyproject.toml): serving.py installs this only on
-that version.
+(tests/test_http2.py). A row of the adapter's patch table (patches.py), installed only on the
+pinned hypercorn.
 """
 
 from __future__ import annotations
@@ -31,7 +31,3 @@ async def pop(self: hc_h2.StreamBuffer, max_length: int) -> bytes:
         await self._is_empty.set()
     return data
 
-
-def install() -> None:
-    """Patch hypercorn (this process only; serving.py checks the version)."""
-    hc_h2.StreamBuffer.pop = pop

@@ -18,11 +18,15 @@
   ends and frees its place at once, not at the next write to the gone client, whether the
   EOF came before its head or after. A reset is hypercorn's own `Closed`, as before.
 
-hypercorn is pinned (pyproject.toml): serving.py installs these only on that version, after
-checking the internals they follow.
+Each replacement is a row of the adapter's patch table (patches.py), installed only on the
+pinned hypercorn once the internals they follow are checked. What they note of a connection
+(an event stream's close after its end, an EOF already taken) is kept in a `WeakKeyDictionary`
+beside hypercorn's protocol object, not written onto it.
 """
 
 from __future__ import annotations
+
+from weakref import WeakKeyDictionary
 
 import h11
 from hypercorn.events import Closed
@@ -37,6 +41,18 @@ HYPERCORN_ERROR_DETAIL = {400: "the request is not well-formed HTTP/1.1",
 _original_handle = H11Protocol.handle
 _original_send_h11_event = H11Protocol._send_h11_event
 _original_maybe_recycle = H11Protocol._maybe_recycle
+
+CLOSE_AFTER = 1  # an event stream: the connection closes after its end
+EOF_TAKEN = 2  # the client's clean EOF was seen (and acted on) once
+_flags: WeakKeyDictionary[H11Protocol, int] = WeakKeyDictionary()
+
+
+def _has(protocol: H11Protocol, flag: int) -> bool:
+    return bool(_flags.get(protocol, 0) & flag)
+
+
+def _note(protocol: H11Protocol, flag: int) -> None:
+    _flags[protocol] = _flags.get(protocol, 0) | flag
 
 
 def _with_reason(event):
@@ -56,15 +72,15 @@ def _is_event_stream(event) -> bool:
 async def send_h11_event(self: H11Protocol, event) -> None:
     opens_stream = _is_event_stream(event)
     if opens_stream:
-        self.murgw_close_after = True
+        _note(self, CLOSE_AFTER)
     await _original_send_h11_event(self, _with_reason(event))
-    if opens_stream and getattr(self, "murgw_eof_taken", False):  # it left before its stream opened
+    if opens_stream and _has(self, EOF_TAKEN):  # it left before its stream opened
         await self._close_stream()
 
 
 async def maybe_recycle(self: H11Protocol) -> None:
     """After an event stream, or once the client sent EOF, close rather than wait for more."""
-    if getattr(self, "murgw_close_after", False) or self.connection.trailing_data[1]:
+    if _has(self, CLOSE_AFTER) or self.connection.trailing_data[1]:
         await self._close_stream()
         await self.can_read.set()
         await self.send(Closed())
@@ -89,12 +105,12 @@ async def handle(self: H11Protocol, event) -> None:
     a half-close: the answer runs on, and `maybe_recycle` closes after it. On an event stream
     it is the watcher leaving: the stream is closed (the app reads `http.disconnect`) at once,
     or, when the EOF came before the stream's head, as soon as that head is sent."""
-    if isinstance(event, Closed) and not getattr(self, "murgw_eof_taken", False) and _peer_sent_eof(self):
-        self.murgw_eof_taken = True
+    if isinstance(event, Closed) and not _has(self, EOF_TAKEN) and _peer_sent_eof(self):
+        _note(self, EOF_TAKEN)
         if self.stream is None:  # idle: nothing left to answer
             await self.send(Closed())
             return
-        if (not getattr(self, "murgw_close_after", False)  # not (yet) an event stream
+        if (not _has(self, CLOSE_AFTER)  # not (yet) an event stream
                 and self.connection.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED)):  # the request is whole
             return
     await _original_handle(self, event)
@@ -108,10 +124,3 @@ async def send_error_response(self: H11Protocol, status_code: int) -> None:
     await self._send_h11_event(h11.Data(data=body))
     await self._send_h11_event(h11.EndOfMessage())
 
-
-def install() -> None:
-    """Patch hypercorn's HTTP/1.1 protocol (this process only; serving.py checks the version)."""
-    H11Protocol.handle = handle
-    H11Protocol._send_h11_event = send_h11_event
-    H11Protocol._maybe_recycle = maybe_recycle
-    H11Protocol._send_error_response = send_error_response

@@ -9,9 +9,9 @@ and the event keep their waiters and items in a list (56 bytes empty; at most
 `max_app_queue_size` items) and the two helpers are made once per loop. The connection's
 read loop keeps no `wait_for` frame and no copy of the request while a stream is open.
 
-hypercorn is pinned (pyproject.toml): `install` patches only the version whose
-`TaskGroup.spawn_app` and `TCPServer._read_data` this module copies, and does nothing on any
-other (serving.py then gives every stream the plain ASGI sink).
+These are rows of the adapter's patch table (patches.py), which installs them on the pinned
+hypercorn and Python only, whose `TaskGroup.spawn_app`, `TCPServer._read_data` and asyncio
+internals this module copies (serving.py otherwise gives every stream the plain ASGI sink).
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ from __future__ import annotations
 import asyncio
 import collections
 from functools import partial
-from importlib import metadata
-
 from ssl import SSLError
 
 from hypercorn.asyncio import task_group as hc_task_group
 from hypercorn.asyncio import tcp_server
-from hypercorn.asyncio.worker_context import EventWrapper, WorkerContext
+from hypercorn.asyncio.worker_context import EventWrapper
 from hypercorn.events import Closed, RawData
-
-HYPERCORN_VERSION = "0.18.0"
 
 
 class Waiters(list):
@@ -42,16 +38,7 @@ class Waiters(list):
 
 
 class LeanQueue(asyncio.Queue):
-    """`asyncio.Queue` (the same methods and semantics) over `Waiters`, and `on_put`: a
-    callback told each message the server queues for the app, so a stream learns of
-    `http.disconnect` without a task of its own waiting on `receive`."""
-
-    on_put = None
-
-    def put_nowait(self, item) -> None:  # `put` ends here too
-        super().put_nowait(item)
-        if self.on_put is not None:
-            self.on_put(item)
+    """`asyncio.Queue` (the same methods and semantics) over `Waiters`."""
 
     def _init(self, maxsize: int) -> None:
         # runs last in Queue.__init__: the deques it made there are freed at once
@@ -96,12 +83,15 @@ def _loop_helpers(loop: asyncio.AbstractEventLoop) -> tuple:
     return helpers
 
 
-async def spawn_app(self, app, config, scope, send):
-    """hypercorn 0.18.0's `TaskGroup.spawn_app` with a `LeanQueue` and shared helpers."""
-    app_queue = LeanQueue(config.max_app_queue_size)
-    sync_spawn, call_soon = _loop_helpers(self._loop)
-    self.spawn(hc_task_group._handle, app, config, scope, app_queue.get, send, sync_spawn, call_soon)
-    return app_queue.put
+def spawn_app_over(queue_class: type[LeanQueue]):
+    """hypercorn 0.18.0's `TaskGroup.spawn_app`, each request's receive queue a `queue_class`
+    (asgi.py's, which tells a stream of what it queues), with shared helpers."""
+    async def spawn_app(self, app, config, scope, send):
+        app_queue = queue_class(config.max_app_queue_size)
+        sync_spawn, call_soon = _loop_helpers(self._loop)
+        self.spawn(hc_task_group._handle, app, config, scope, app_queue.get, send, sync_spawn, call_soon)
+        return app_queue.put
+    return spawn_app
 
 
 async def read_data(self) -> None:
@@ -122,12 +112,3 @@ async def read_data(self) -> None:
             del data
     await self.protocol.handle(Closed())
 
-
-def install() -> bool:
-    """Patch hypercorn (this process only); False, patching nothing, on another version."""
-    if metadata.version("hypercorn") != HYPERCORN_VERSION:
-        return False
-    hc_task_group.TaskGroup.spawn_app = spawn_app
-    tcp_server.TCPServer._read_data = read_data
-    WorkerContext.event_class = LeanEventWrapper
-    return True

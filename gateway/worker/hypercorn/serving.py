@@ -1,8 +1,9 @@
 """hypercorn under uvloop on the inherited listening socket, and what of its internals we use.
 
-`prepare` checks the internals this package follows (`internals_problem`): on the pinned
-hypercorn it installs lean.py's bookkeeping, http11_fixes.py and h2_backpressure.py, and
-answers the sink factory that finds the direct sink; on anything else it patches nothing,
+`prepare` checks the internals this package follows (`internals_problem`: every row of
+patches.py's table): on the pinned hypercorn, h11, uvloop and Python it installs the table's
+replacements (lean.py's bookkeeping, http11_fixes.py, h2_backpressure.py), and answers the
+sink factory that finds the direct sink; on anything else it patches nothing,
 logs one warning, and every stream gets the plain ASGI sink: slower, and without those
 fixes, but serving. `run` is uvloop with accept.py's burst-accepting loop; `serve` is
 hypercorn's own serve with the gateway's settings (TLS too: gateway/tls.py).
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from importlib import metadata
 from typing import Awaitable, Callable, Coroutine
 
 import uvloop
@@ -21,7 +21,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
-from gateway.worker.hypercorn import accept, h2_backpressure, http11_fixes, lean
+from gateway.worker.hypercorn import accept, carried, patches
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
 
@@ -33,38 +33,26 @@ log = logs.get("worker")
 
 
 def internals_problem() -> str | None:
-    """What of hypercorn's (and h11's) internals this package follows is not as it expects;
-    None when all is."""
-    version = metadata.version("hypercorn")
-    if version != lean.HYPERCORN_VERSION:
-        return f"hypercorn {version} is not the {lean.HYPERCORN_VERSION} this gateway follows"
-    import h11
-    from h11 import _writers
-    from hypercorn.asyncio import task_group, worker_context
-    from hypercorn.protocol import h2, h11 as hc_h11
+    """What of the internals this package follows (patches.TABLE: every row, and the versions
+    each was written against) is not as it expects; None when all is."""
+    return patches.problem()
 
-    expected = [(task_group.TaskGroup, "spawn_app"), (task_group, "_handle"),
-                (worker_context.WorkerContext, "event_class"), (_writers, "ChunkedWriter"),
-                (worker_context.EventWrapper, "__init__"), (h2.StreamBuffer, "pop"),
-                (h2, "BUFFER_LOW_WATER"), *((hc_h11.H11Protocol, name) for name in (
-                    "handle", "_send_h11_event", "_maybe_recycle", "_send_error_response",
-                    "_close_stream"))]
-    missing = [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name in expected
-               if not hasattr(owner, name)]
-    if "_writer" not in h11.Connection.__init__.__code__.co_names:
-        missing.append("h11.Connection._writer")
-    return f"hypercorn internals moved: {', '.join(missing)}" if missing else None
+
+_carrying = False  # prepare found what carried.py follows: serve runs the app under `carrying`
 
 
 def prepare() -> Callable:
     """Install what the internals allow; the sink factory `(send, receive) -> Sink`."""
+    global _carrying
     problem = internals_problem()
     if problem is not None:
         log.warning("streams use plain ASGI sends", reason=problem)
         return AsgiSink
-    lean.install()
-    http11_fixes.install()
-    h2_backpressure.install()
+    patches.install()
+    carry_problem = patches.problem(patches.CARRY)
+    if carry_problem is not None:
+        log.warning("streams stay inside hypercorn after their head", reason=carry_problem)
+    _carrying = carry_problem is None
     return sink_for
 
 
@@ -105,4 +93,8 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     loop = asyncio.get_running_loop()
     if isinstance(loop, accept.Loop):
         loop.busier = busier
-    await hypercorn_serve(app, hypercorn_config(listener, config), shutdown_trigger=shutdown)
+    try:
+        await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
+                              shutdown_trigger=shutdown)
+    finally:
+        await carried.end_carried(GRACE_SECONDS)

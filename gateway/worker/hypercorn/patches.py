@@ -1,0 +1,143 @@
+"""Every reach into another library's internals, as one table: what is replaced, what is followed.
+
+The adapter runs hypercorn with some of its attributes replaced (lean.py's slimmer
+bookkeeping, http11_fixes.py, h2_backpressure.py) and follows other internals it does not
+replace: the `__self__` chain direct.py walks from an ASGI `send` to the transport, h11's
+chunked writer, and the asyncio attributes lean.py swaps on each connection's objects. Each
+is a `Row` of `TABLE`: the owner (a class or module, by dotted name), the attribute, what
+replaces it (None where it is only followed) and the library, with `VERSIONS`, it was written
+against. `problem` checks every row (the versions first, then that each attribute is where it
+is expected) and `install` applies the replacements, only after a clean check (serving.py:
+anything else and every stream gets the plain ASGI sink, nothing patched).
+
+A row whose attribute is set on each instance (not the class) names the method whose code
+sets it (`named_in`), and so does a bound method handed on to another object (how direct.py's
+chain is made): the check is that the method's code still names the attribute.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from importlib import metadata
+from typing import NamedTuple
+
+VERSIONS = {"hypercorn": "0.18.0", "h11": "0.16.0", "uvloop": "0.23.0", "python": "3.11"}
+
+HC = "hypercorn."
+ADAPTER = "gateway.worker.hypercorn."
+
+
+class Row(NamedTuple):
+    owner: str  # "module:Class" or "module"
+    name: str
+    replacement: str | None  # "module:name" put in its place by `install`; None: followed only
+    against: str  # a key of VERSIONS
+    named_in: str | None = None  # the owner's method whose code names `name` (set per instance, or handed on)
+
+
+TABLE = (
+    # lean.py: smaller per-connection bookkeeping
+    Row(HC + "asyncio.task_group:TaskGroup", "spawn_app", ADAPTER + "asgi:spawn_app", "hypercorn"),
+    Row(HC + "asyncio.task_group", "_handle", None, "hypercorn"),
+    Row(HC + "asyncio.task_group:TaskGroup", "spawn", None, "hypercorn"),
+    Row(HC + "asyncio.task_group:TaskGroup", "_loop", None, "hypercorn", "__init__"),
+    Row(HC + "asyncio.tcp_server:TCPServer", "_read_data", ADAPTER + "lean:read_data", "hypercorn"),
+    Row(HC + "asyncio.tcp_server", "MAX_RECV", None, "hypercorn"),
+    Row(HC + "asyncio.tcp_server:TCPServer", "reader", None, "hypercorn", "__init__"),
+    Row(HC + "asyncio.worker_context:WorkerContext", "event_class", ADAPTER + "lean:LeanEventWrapper", "hypercorn"),
+    Row(HC + "asyncio.worker_context:EventWrapper", "_event", None, "hypercorn", "__init__"),
+    # lean.py: the asyncio internals its queue, events and slim_stream_protocol swap
+    Row("asyncio:Queue", "_init", None, "python"),  # LeanQueue overrides it: called last in __init__
+    *(Row("asyncio:Queue", name, None, "python", "__init__") for name in ("_getters", "_putters", "_finished")),
+    Row("asyncio:Event", "_waiters", None, "python", "__init__"),
+    Row("asyncio.streams:FlowControlMixin", "_drain_waiters", None, "python", "__init__"),
+    Row("asyncio.streams:StreamReaderProtocol", "_stream_reader", None, "python"),  # a property
+    Row("asyncio.streams:StreamReader", "_buffer", None, "python", "__init__"),
+    # http11_fixes.py
+    Row(HC + "protocol.h11:H11Protocol", "handle", ADAPTER + "http11_fixes:handle", "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_send_h11_event", ADAPTER + "http11_fixes:send_h11_event", "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_maybe_recycle", ADAPTER + "http11_fixes:maybe_recycle", "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_send_error_response", ADAPTER + "http11_fixes:send_error_response",
+        "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn"),
+    *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__")
+      for name in ("stream", "can_read")),
+    # h2_backpressure.py
+    Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn"),
+    Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn"),
+    *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__")
+      for name in ("buffer", "_paused", "_is_empty")),
+    # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
+    # .send.__self__ (TCPServer) .writer; the protocol's h11 connection and its chunked writer
+    Row(HC + "protocol.http_stream:HTTPStream", "app_send", None, "hypercorn", "handle"),
+    Row(HC + "protocol.http_stream:HTTPStream", "send", None, "hypercorn", "__init__"),
+    Row(HC + "protocol.h11:H11Protocol", "stream_send", None, "hypercorn", "_create_stream"),
+    *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__") for name in ("send", "connection")),
+    Row(HC + "protocol:ProtocolWrapper", "send", None, "hypercorn", "__init__"),
+    Row(HC + "asyncio.tcp_server:TCPServer", "protocol_send", None, "hypercorn", "run"),
+    Row(HC + "asyncio.tcp_server:TCPServer", "writer", None, "hypercorn", "__init__"),
+    Row("h11._connection:Connection", "_writer", None, "h11", "__init__"),
+    Row("h11._writers", "ChunkedWriter", None, "h11"),
+    # accept.py hands each accepted socket to uvloop's own transport
+    Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
+)
+
+# carried.py: what moving a stream's connection out of hypercorn follows. Checked on its own:
+# where one moved, streams stay inside hypercorn (the direct sink), the rest of TABLE applies.
+CARRY = (
+    Row("uvloop.loop:TCPTransport", "set_protocol", None, "uvloop"),
+    Row("uvloop.loop:_SSLProtocolTransport", "set_protocol", None, "uvloop"),
+    Row("uvloop.loop:TCPTransport", "writelines", None, "uvloop"),
+    Row("uvloop.loop:_SSLProtocolTransport", "writelines", None, "uvloop"),
+    Row("asyncio.streams:StreamWriter", "_transport", None, "python", "__init__"),  # swapped for carried.CUT
+    Row("asyncio.streams:StreamWriter", "_protocol", None, "python", "wait_closed"),
+    Row("asyncio.streams:StreamReaderProtocol", "connection_lost", None, "python"),
+    Row("asyncio.streams:FlowControlMixin", "_paused", None, "python", "__init__"),
+    Row("asyncio:Queue", "_queue", None, "python", "_init"),  # a disconnect queued before the carry
+    Row(HC + "asyncio.tcp_server:TCPServer", "_close", None, "hypercorn"),
+    Row(HC + "protocol.http_stream:HTTPStream", "closed", None, "hypercorn", "app_send"),
+)
+
+
+def resolve(dotted: str):
+    """The object a "module:qualname" (or "module") names."""
+    module, _, qualname = dotted.partition(":")
+    found = importlib.import_module(module)
+    for part in filter(None, qualname.split(".")):
+        found = getattr(found, part)
+    return found
+
+
+def installed_version(library: str) -> str:
+    if library == "python":
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    return metadata.version(library)
+
+
+def _row_holds(row: Row) -> bool:
+    try:
+        owner = resolve(row.owner)
+        if row.named_in is None:
+            return hasattr(owner, row.name)
+        return row.name in getattr(owner, row.named_in).__code__.co_names
+    except (ImportError, AttributeError):
+        return False
+
+
+def problem(rows: tuple[Row, ...] | None = None) -> str | None:
+    """What of `rows` (`TABLE` unless given) is not as written; None when every row holds."""
+    rows = TABLE if rows is None else rows
+    for library in sorted({row.against for row in rows}):
+        version = installed_version(library)
+        if version != VERSIONS[library]:
+            return f"{library} {version} is not the {VERSIONS[library]} this gateway follows"
+    moved = [f"{row.owner}.{row.name}" for row in rows if not _row_holds(row)]
+    return f"internals moved: {', '.join(moved)}" if moved else None
+
+
+def install() -> None:
+    """Put every replacement in place (this process only; `problem` first)."""
+    for row in TABLE:
+        if row.replacement is not None:
+            setattr(resolve(row.owner), row.name, resolve(row.replacement))

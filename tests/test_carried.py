@@ -1,0 +1,193 @@
+"""The lean stream connection (gateway/worker/hypercorn/carried.py): once an HTTP/1.1 stream's
+head is written, its connection leaves hypercorn, and the bytes on the wire are those of the
+path that stays inside hypercorn (the direct sink), which a worker takes when the patch
+table's CARRY rows do not hold.
+
+Each gateway runs with a `sitecustomize` on its PYTHONPATH (every process imports it at
+start): it notes each carried connection on stderr, and for the fallback it adds a row that
+cannot hold to `patches.CARRY`, so the worker's check at start fails as on a moved release.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import struct
+import textwrap
+
+import pytest
+
+from support import running_gateway, user_message, wait_for
+from test_http_framing import dechunk, post, until_close
+from test_observability import scrape
+
+CARRIED = "carried-connection"
+PROBE = f'''
+from gateway.worker.hypercorn import carried
+
+_carry = carried.carry
+
+def carry(*args):
+    lean = _carry(*args)
+    if lean is not None:
+        import sys
+        print("{CARRIED}", file=sys.stderr, flush=True)
+    return lean
+
+carried.carry = carry
+'''
+FALLBACK = '''
+from gateway.worker.hypercorn import patches
+patches.CARRY = (*patches.CARRY, patches.Row("uvloop.loop:TCPTransport", "moved_away", None, "uvloop"))
+'''
+OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
+# ids and timestamps differ between runs; each is replaced by a mark of the same length, so
+# every chunk's size line still compares
+VARYING = re.compile(rb"(msg|tsk|ctx|art)_[0-9a-f]{32}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def normalised(raw: bytes) -> bytes:
+    return VARYING.sub(lambda m: b"#" * len(m.group(0)), raw)
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory):
+    """Both paths at once: {"carried": gateway, "inside": gateway}."""
+    with contextlib.ExitStack() as stack:
+        running = {}
+        for path in ("carried", "inside"):
+            folder = tmp_path_factory.mktemp(path)
+            (folder / "sitecustomize.py").write_text(textwrap.dedent(PROBE + (FALLBACK if path == "inside" else "")))
+            running[path] = stack.enter_context(running_gateway(
+                "--header-timeout", "120", workers=1, heartbeat=0.3, metrics=True, tmp_path=folder,
+                env={"PYTHONPATH": str(folder)}))
+        yield running
+
+
+def read_until(sock: socket.socket, done) -> bytes:
+    data = b""
+    while not done(data):
+        chunk = sock.recv(65536)
+        assert chunk, f"closed early: {data!r}"
+        data += chunk
+    return data
+
+
+HEARTBEAT_CHUNK = b"c\r\n:heartbeat\n\n\r\n"
+
+
+def watch_bytes(port: int) -> bytes:
+    """A watch's head, its connection-ack and its first two heartbeats, exactly."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(post("murmur.WatchSession", {}))
+        data = read_until(sock, lambda d: d.count(HEARTBEAT_CHUNK) >= 2)
+    return data[:data.index(HEARTBEAT_CHUNK, data.index(HEARTBEAT_CHUNK) + 1) + len(HEARTBEAT_CHUNK)]
+
+
+def each(gateways, answer) -> dict:
+    return {path: answer(gw) for path, gw in gateways.items()}
+
+
+def test_the_path_taken(gateways):
+    """Carried where the check holds; inside hypercorn, logged once, where it does not."""
+    for gw in gateways.values():
+        until_close(gw.port, post("SendStreamingMessage", user_message("hello")))
+    carried, inside = gateways["carried"].stderr(), gateways["inside"].stderr()
+    assert CARRIED in carried and "streams stay inside hypercorn" not in carried
+    assert CARRIED not in inside
+    assert "streams stay inside hypercorn after their head" in inside and "moved_away" in inside
+
+
+def test_a_task_stream_head_events_and_end(gateways):
+    def answer(gw):
+        raw = until_close(gw.port, post("SendStreamingMessage", user_message("hello")))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        # whole chunks, the terminating chunk, then the close; how the events are grouped
+        # into chunks follows the timing, so the head and the events compare
+        return head, normalised(dechunk(body))
+    answers = each(gateways, answer)
+    assert answers["carried"] == answers["inside"]
+
+
+def test_a_watch_head_ack_and_heartbeats(gateways):
+    answers = each(gateways, lambda gw: normalised(watch_bytes(gw.port)))
+    assert answers["carried"] == answers["inside"]
+
+
+def test_a_half_closed_watcher_has_left(gateways):
+    def answer(gw):
+        raw = until_close(gw.port, post("murmur.WatchSession", {}), half_close=True)
+        wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 0, what="the stream ended")
+        # before the close: the head, perhaps the ack and heartbeats, never an end chunk
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and not raw.endswith(b"0\r\n\r\n")
+        return raw.partition(b"\r\n\r\n")[0]
+    answers = each(gateways, answer)
+    assert answers["carried"] == answers["inside"]
+
+
+def test_a_reset_watcher_has_left(gateways):
+    for gw in gateways.values():
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as sock:
+            sock.sendall(post("murmur.WatchSession", {}))
+            read_until(sock, lambda d: HEARTBEAT_CHUNK in d)
+            wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 1, what="the stream open")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        wait_for(lambda: scrape(gw.metrics_port)[OPEN] == 0, what="the reset noticed")
+
+
+LAGGED = b'"frame":"lagged"'
+DIGITS = re.compile(rb"\d+")
+
+
+HEAD = "murgw_ring_head_id"
+PAST_ANY_BUFFER = 3000  # events: ~1.2 MB at 400 B, far past the socket buffers and the high-water mark
+
+
+def lagged_chunk(gw) -> bytes:
+    """A watcher that stops reading under load: the chunk carrying its `lagged` frame once it
+    reads again, ids, counts and sizes masked (they follow the timing)."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(post("murmur.WatchSession", {}))
+        first = read_until(sock, lambda d: b"\r\n\r\n" in d)
+        start = scrape(gw.metrics_port)[HEAD]
+        wait_for(lambda: scrape(gw.metrics_port)[HEAD] > start + PAST_ANY_BUFFER, timeout=60,
+                 what="the ring far past what the stalled watcher's buffers hold")
+        data = read_until(sock, lambda d: LAGGED in d and d.find(b"\n\n", d.find(LAGGED)) > 0)
+    body = (first + data).partition(b"\r\n\r\n")[2]
+    events, at = b"", 0
+    while True:  # the whole chunks read, each framed; then the partial last one
+        line_end = body.find(b"\r\n", at)
+        if line_end < 0:  # read up to a chunk's end, or into its size line
+            break
+        size = int(body[at:line_end], 16)
+        if line_end + 4 + size > len(body):
+            events += body[line_end + 2:]
+            break
+        assert body[line_end + 2 + size:line_end + 4 + size] == b"\r\n"
+        events += body[line_end + 2:line_end + 2 + size]
+        at = line_end + 4 + size
+    where = events.find(LAGGED)
+    frame = events[events.rfind(b"data:", 0, where):events.find(b"\n\n", where) + 2]
+    return DIGITS.sub(b"#", normalised(frame))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """Both paths at once, each under 500 events a second."""
+    with contextlib.ExitStack() as stack:
+        running = {}
+        for path in ("carried", "inside"):
+            folder = tmp_path_factory.mktemp(f"loaded-{path}")
+            (folder / "sitecustomize.py").write_text(textwrap.dedent(PROBE + (FALLBACK if path == "inside" else "")))
+            running[path] = stack.enter_context(running_gateway(
+                "--sim-load", "500", "--sim-load-size", "300", workers=1, metrics=True, tmp_path=folder,
+                env={"PYTHONPATH": str(folder)}))
+        yield running
+
+
+def test_a_stalled_reader_lags_alike(loaded):
+    answers = each(loaded, lagged_chunk)
+    assert answers["carried"] == answers["inside"]
+    assert answers["carried"].startswith(b"data: ") and LAGGED in answers["carried"]
