@@ -5,8 +5,9 @@ wakes the worker, then makes one pass over the streams the new events concern: e
 stream gathers its body (stream.py) and the hub hands it to the stream's sink (sink.py), in
 the pass itself, with no coroutine switch. A stream's coroutine (`serve`) runs only for what
 needs an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind
-after a write (a replay, a catch-up past one piece) is written its next piece by the
-catch-up queue (catchup.py), one piece per stream per turn of the loop; the pass leaves a
+after a write (a replay, a catch-up past one piece), or mid-replay when its transport has
+drained, is written its next piece by the catch-up queue (catchup.py), one piece per stream
+per turn of the loop, within its budget; the pass leaves a
 queued replay to that queue and writes only its heartbeat. Every delivery metric
 is counted here, once per pass: shared batches once per batch, each stream's own walk from
 what it noted.
@@ -380,6 +381,9 @@ class Hub:
                     stream.check_due = False
                     self._own_write(stream, await self._ending_of_lost_task(stream))
                 elif not stream.queued and stream.has_work(window):
+                    if stream.replaying:  # drained mid-replay: its next piece waits its turn
+                        self.catch_up.add(stream)
+                        continue
                     self._own_write(stream, stream.gather(window))
                     if stream.behind(window) and not sink.blocked:
                         self.catch_up.add(stream)
