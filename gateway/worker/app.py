@@ -51,6 +51,7 @@ from gateway.worker.door import (CLOSE, Admission, Caller, Door, Refused, header
                                  rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub
 from gateway.worker.limits import ClientLimits, Holding
+from gateway.worker.openings import Openings
 from gateway.worker.sink import Sink
 from gateway.worker.stream import Stream, TaskView
 from gateway.worker.watch_page import routes as watch_page_routes
@@ -76,6 +77,7 @@ class RpcEndpoint:
         self.counters = counters
         self.door = Door(config)
         self.limits = ClientLimits(config, control, counters)
+        self.openings = Openings()  # a storm's openings, a few a turn of the loop
         # Each open stream that a limit counts or a token let in: a reload ends the ones whose
         # token it removed (reload.py), and each gives its places back when it ends.
         self.holds: dict[Stream, tuple[TokenRule | None, Holding | None]] = {}
@@ -243,6 +245,7 @@ class RpcEndpoint:
         holding = await self.limits.hold_stream(scope, rule)
         stream = None
         try:
+            await self.openings.admit()
             stream = await self._stream(scope, receive, send, method, rpc_id, params, caller)
         finally:
             if stream is None:
