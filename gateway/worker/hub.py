@@ -381,8 +381,9 @@ class Hub:
                     stream.check_due = False
                     self._own_write(stream, await self._ending_of_lost_task(stream))
                 elif not stream.queued and stream.has_work(window):
-                    if stream.replaying:  # drained mid-replay: its next piece waits its turn
-                        self.catch_up.add(stream)
+                    if stream.replaying:  # drained mid-replay: a due heartbeat now, the next
+                        self._own_write(stream, stream.gather(window, events_too=False))
+                        self.catch_up.add(stream)  # piece in its turn
                         continue
                     self._own_write(stream, stream.gather(window))
                     if stream.behind(window) and not sink.blocked:
