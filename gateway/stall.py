@@ -105,6 +105,7 @@ class StallWatch:
         self.waited = waited or (procstat.run_queue_wait_ns if self.counts_waits else lambda pid: None)
         # index -> (word, since, run-queue wait at since or None, has beaten)
         self._last: dict[int, tuple[int, float, int | None, bool]] = {}
+        self.still: dict[int, tuple[float, float]] = {}  # index -> (wall s, waited s) at the last look
 
     def started(self, index: int, pid: int, now: float) -> None:
         """A new process `pid` serves slot `index`: the word's value now is its baseline."""
@@ -125,6 +126,7 @@ class StallWatch:
             self._last[index] = (value, now, waited, beaten)  # paused on purpose: its clock restarts
             return False
         waited_ns = waited - waited_since if waited is not None and waited_since is not None else 0
+        self.still[index] = (now - since, waited_ns / 1e9)
         limit = self.timeout if beaten else max(self.timeout, STARTUP_SECONDS)
         return stood_still_for(now - since, waited_ns) > limit
 

@@ -267,8 +267,10 @@ class Supervisor:
         now = time.monotonic()
         for index, proc in enumerate(self.workers):
             if proc is not None and proc.is_alive() and self.stalls.stuck(index, proc.pid, now):
+                wall, waited = self.stalls.still[index]
                 self.log.warning("worker's event loop stood still; killing it", worker=index,
-                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout)
+                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout,
+                                 still_s=round(wall, 3), waited_for_cpu_s=round(waited, 3))
                 proc.kill()
                 proc.join(1.0)
 
