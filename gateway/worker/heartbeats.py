@@ -11,8 +11,8 @@ One firing writes for at most TURN_BUDGET_SECONDS of this thread's CPU time, the
 loop back and fires again on its next turn: after a stall (a storm's openings) the streams
 due meanwhile, thousands, are not all written in one callback. CPU time, not wall time: a
 worker that shares its core (more workers than cores) is preempted inside a firing, and a
-wall-clock budget spent waiting for the CPU wrote a few heartbeats a turn, fewer than fell
-due: in a 10,000 storm on one core the jitter p99 went past 10 s.
+wall-clock budget spent waiting for the CPU would write only a few heartbeats a turn, which
+can be fewer than fall due.
 
 A closed stream is not removed from the heap: `on_due` answers False for it when it comes
 up, and it is dropped then.
