@@ -7,13 +7,6 @@ at scattered instants, and a timer per due time (thousands a second with 10,000 
 cost most of an idle worker: with the tick, a heartbeat is late by under a tick, and the
 delay past its due time is the jitter metric the hub records.
 
-One firing writes for at most TURN_BUDGET_SECONDS of this thread's CPU time, then gives the
-loop back and fires again on its next turn: after a stall (a storm's openings) the streams
-due meanwhile, thousands, are not all written in one callback. CPU time, not wall time: a
-worker that shares its core (more workers than cores) is preempted inside a firing, and a
-wall-clock budget spent waiting for the CPU would write only a few heartbeats a turn, which
-can be fewer than fall due.
-
 A closed stream is not removed from the heap: `on_due` answers False for it when it comes
 up, and it is dropped then.
 """
@@ -25,8 +18,6 @@ import heapq
 import itertools
 import time
 from typing import Callable, Generic, TypeVar
-
-from gateway.worker.catchup import TURN_BUDGET_SECONDS
 
 HEARTBEAT_TICK_SECONDS = 0.01
 
@@ -62,13 +53,9 @@ class Heartbeats(Generic[T]):
     def _fire(self) -> None:
         self._timer = None
         now = time.monotonic()
-        deadline = time.thread_time() + TURN_BUDGET_SECONDS
         due_list = self._due
         while due_list and due_list[0][0] <= now:
             due, _, stream = heapq.heappop(due_list)
             if self._on_due(stream, due):
                 heapq.heappush(due_list, (due + self.interval, next(self._order), stream))
-            if time.thread_time() >= deadline:
-                self._arm()  # the rest on the next turn, after the loop's I/O and timers
-                return
         self._arm(HEARTBEAT_TICK_SECONDS)
