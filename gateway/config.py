@@ -83,7 +83,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("body-timeout", parse_positive_seconds, 30.0, "SECONDS",
            "a request body not received in full within this is answered 408"),
     Option("worker-stall-timeout", parse_nonnegative_seconds, 5.0, "SECONDS",
-           "a worker whose event loop has not turned for this long is killed and replaced "
+           "a worker whose event loop has not turned for this long of its own time (its waits "
+           "for a CPU not counted) is killed and replaced "
            "(0: never; a stopped worker, SIGSTOP, is left alone)"),
     Option("certfile", parse_text, None, "FILE",
            "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),

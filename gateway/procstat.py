@@ -1,10 +1,11 @@
 """CPU seconds, resident memory and state of processes, read from /proc (Linux).
 
 The gateway reads its own processes here: the exporter their CPU and memory, the stall watch
-whether a worker was stopped on purpose. The load tests (loadtest/) read a server's whole
-process tree (the gateway's supervisor, sequencer, workers and exporter; nginx's master and
-workers) at the start and the end of a measuring window and report the difference, so their
-figures cover the window only, not start-up or the ramp of connections.
+(gateway/stall.py) whether a worker was stopped on purpose and how long it waited for a CPU.
+The load tests (loadtest/) read a server's whole process tree (the gateway's supervisor,
+sequencer, workers and exporter; nginx's master and workers) at the start and the end of a
+measuring window and report the difference, so their figures cover the window only, not
+start-up or the ramp of connections.
 """
 
 from __future__ import annotations
@@ -76,3 +77,24 @@ def rss_kib(pids: list[int]) -> int:
     """Summed resident memory of these processes in KiB (VmRSS: shared pages count once per
     process)."""
     return sum(resident for resident in map(_resident_bytes, pids) if resident is not None) // 1024
+
+
+def run_queue_wait_ns(pid: int) -> int | None:
+    """Nanoseconds the process's main thread has spent runnable but waiting for a CPU (the second
+    field of /proc/PID/schedstat; the first is its time run), or None when the process is gone
+    or the kernel has no such file. A kernel built without the accounting shows zeros."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            return int(fh.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def counts_run_queue_wait() -> bool:
+    """Whether this kernel accounts run-queue waits: this process has run, so its own
+    /proc/self/schedstat shows time run when the accounting is on (and zeros when off)."""
+    try:
+        with open("/proc/self/schedstat", "rb") as fh:
+            return int(fh.read().split()[0]) > 0
+    except (OSError, IndexError, ValueError):
+        return False

@@ -155,13 +155,17 @@ class Supervisor:
         self.workers[index] = self._child(
             f"worker {index}", worker_process.main, self.config_dict, index, self.listener,
             self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
-        self.stalls.started(index, time.monotonic())
+        self.stalls.started(index, self.workers[index].pid, time.monotonic())
 
     def _start_exporter(self) -> None:
         self.exporter = self._child("exporter", exporter.main, self.metrics_listener,
                                     self.ring.handle, self.blocks.handle)
 
     def start(self) -> None:
+        if not self.stalls.counts_waits:
+            self.log.warning("this kernel does not account run-queue waits (/proc/PID/schedstat): "
+                             "the stall watchdog counts wall time, so a worker starved of CPU may be "
+                             "taken for a stuck one")
         self.sequencer = self._child(
             "sequencer", sequencer.main, self.config_dict, self.ring.handle, self.blocks.handle,
             self.control_path, [send_end for send_end, _ in self.wake])
@@ -265,8 +269,10 @@ class Supervisor:
         now = time.monotonic()
         for index, proc in enumerate(self.workers):
             if proc is not None and proc.is_alive() and self.stalls.stuck(index, proc.pid, now):
+                wall, waited = self.stalls.still[index]
                 self.log.warning("worker's event loop stood still; killing it", worker=index,
-                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout)
+                                 worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout,
+                                 still_s=round(wall, 3), waited_for_cpu_s=round(waited, 3))
                 proc.kill()
                 proc.join(1.0)
 

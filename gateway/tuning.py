@@ -26,7 +26,8 @@ COALESCE_MAX_EVENTS = 32
 POLL_SECONDS = 0.05
 PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
 
-# Catch-up (gateway/worker/catchup.py): the most one run writes for before the loop turns.
+# Catch-up (gateway/worker/catchup.py): the most one run writes for before the loop turns,
+# in the thread's CPU time (a worker preempted on a shared core keeps its budget).
 TURN_BUDGET_SECONDS = 0.005
 # Heartbeats (gateway/worker/heartbeats.py): the one timer fires at most once a tick.
 HEARTBEAT_TICK_SECONDS = 0.01
@@ -35,6 +36,10 @@ HEARTBEAT_TICK_SECONDS = 0.01
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
+
+# Stream openings let through a turn of the loop (gateway/worker/pace.py): a storm's
+# openings go on a few a turn, so its timers, I/O and catch-up run between them.
+OPENINGS_PER_TURN = 16
 
 # A worker hands glibc's free heap back every this many seconds (gateway/worker/malloc_trim.py).
 HEAP_TRIM_SECONDS = 5.0

@@ -746,3 +746,37 @@ def watching_b_after_a_burst(tmp_path, n: int):
         rpc(b.port, "SendMessage", user_message(f"/scenario burst n={n}"))
         with SSEStream(b.port, WATCH, {}) as watcher:
             yield a, b, watcher, watcher.read_until(is_terminal_event)[-1].id
+
+
+# --- full-replay storms (test_reconnect_storm.py, test_stall.py) ---
+
+STORM_WATCHERS = 300  # a storm in the suite: a few hundred full replays
+
+
+def full_ring(port: int, frames: int = 700) -> int:
+    """Run a burst task of `frames` to its end; the newest id (its terminal status)."""
+    status, _, answer = rpc(port, "SendMessage", user_message(f"/scenario burst n={frames}"))
+    assert status == 200, answer
+    task_id = answer["result"]["task"]["id"]
+    with SSEStream(port, WATCH, last_event_id="0", timeout=30) as probe:
+        seen = probe.read_until(lambda e: e.id is not None and task_id_of(e) == task_id and is_terminal_event(e))
+    return seen[-1].id
+
+
+def frame_of(data: str) -> dict | None:
+    """The murmur frame a taskless carrier holds (gap, lagged, ...), or None."""
+    return orjson.loads(data)["result"].get("message", {}).get("metadata", {}).get(STREAM_URI)
+
+
+def read_replay(conn: Http, newest: int) -> tuple[list[int], list[str]]:
+    """The ids a stream writes up to `newest`, and its unnumbered events' data."""
+    parser, ids, unnumbered = SSEParser(), [], []
+    while not ids or ids[-1] < newest:
+        chunk = conn.read_chunk()
+        assert chunk is not None, f"the stream ended after {ids[-1:]}"
+        for event in parser.feed(chunk):
+            if event.id is not None:
+                ids.append(event.id)
+            elif event.data is not None:
+                unnumbered.append(event.data)
+    return ids, unnumbered

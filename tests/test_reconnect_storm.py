@@ -34,8 +34,9 @@ from gateway.config import somaxconn
 from gateway.worker.hypercorn import accept
 from gateway.protocol.parser import SSEParser
 from gateway.protocol.uris import STREAM_URI
-from tests.support import (Http, SSEStream, headers_for, is_terminal_event, rpc, rpc_body,
-                           running_gateway, task_id_of, user_message, wait_for)
+from support import (STORM_WATCHERS, Http, SSEStream, frame_of, full_ring, headers_for,
+                     is_terminal_event, read_replay, rpc, rpc_body, running_gateway, task_id_of,
+                     user_message, wait_for)
 
 BURST_FRAMES = 300  # the burst task's frames; with its statuses and artifact the ring holds < 512
 WATCHERS = 300
@@ -64,35 +65,6 @@ def finished_burst(port: int) -> int:
     return numbered[-1]
 
 
-def full_ring(port: int, frames: int = 700) -> int:
-    """Run a burst task of `frames` to its end; the newest id (its terminal status)."""
-    status, _, answer = rpc(port, "SendMessage", user_message(f"/scenario burst n={frames}"))
-    assert status == 200, answer
-    task_id = answer["result"]["task"]["id"]
-    with SSEStream(port, WATCH, last_event_id="0", timeout=30) as probe:
-        seen = probe.read_until(lambda e: e.id is not None and task_id_of(e) == task_id and is_terminal_event(e))
-    return seen[-1].id
-
-
-def frame_of(data: str) -> dict | None:
-    """The murmur frame a taskless carrier holds (gap, lagged, ...), or None."""
-    return json.loads(data)["result"].get("message", {}).get("metadata", {}).get(STREAM_URI)
-
-
-def read_replay(conn: Http, newest: int) -> tuple[list[int], list[str]]:
-    """The ids a stream writes up to `newest`, and its unnumbered events' data."""
-    parser, ids, unnumbered = SSEParser(), [], []
-    while not ids or ids[-1] < newest:
-        chunk = conn.read_chunk()
-        assert chunk is not None, f"the stream ended after {ids[-1:]}"
-        for event in parser.feed(chunk):
-            if event.id is not None:
-                ids.append(event.id)
-            elif event.data is not None:
-                unnumbered.append(event.data)
-    return ids, unnumbered
-
-
 def test_a_burst_of_reconnects_is_served_with_exact_replays():
     with running_gateway(workers=2) as gateway:
         if shutil.which("ss"):
@@ -115,8 +87,6 @@ def test_a_burst_of_reconnects_is_served_with_exact_replays():
             for conn in conns:
                 conn.close()
 
-
-STORM_WATCHERS = 300
 
 
 def test_a_storm_of_full_replays_is_exact_and_replaces_no_worker(tmp_path):

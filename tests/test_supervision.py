@@ -57,7 +57,8 @@ def test_every_process_names_itself(tmp_path):
         assert cmdline(gw.pid) == "murgw: supervisor"
         names = wait_for(lambda: len(n := named_children(gw)) == 4 and n, what="four named children")
         assert set(names) == {"murgw: sequencer", "murgw: worker 0", "murgw: worker 1", "murgw: exporter"}
-        assert names["murgw: worker 0"] == gw.worker_pids()[0]
+        serving = wait_for(lambda: gw.worker_pids().get(0), what="worker 0's serving line")
+        assert names["murgw: worker 0"] == serving
 
 
 def test_a_killed_exporter_is_replaced_on_its_port_logged_counted_and_the_supervisor_idles(tmp_path):

@@ -2,10 +2,12 @@
 
 A stream whose last write left it behind (its replay, or a catch-up longer than one piece,
 window.PIECE_BYTES) and whose transport is still under its high-water mark waits here for its
-next piece; one that is over the mark drains first, in its own coroutine (hub.py). Each run
-writes one piece for each stream queued when it began, round-robin, until TURN_BUDGET_SECONDS is spent, then
-gives the loop back: it polls its sockets and runs its timers (heartbeats, the stall pulse)
-before the next run. However many watchers replay at once (a reconnect storm), no callback
+next piece; one that is over the mark drains first, in its own coroutine (hub.py), then
+queues again. Each run writes one piece for each stream queued when it began, round-robin,
+until TURN_BUDGET_SECONDS of the thread's CPU time is spent (CPU, not wall time: a worker
+preempted on a shared core would otherwise write a few pieces a turn), then gives the loop
+back: it polls its sockets and runs its timers (heartbeats, the stall pulse) before the next
+run. However many watchers replay at once (a reconnect storm), no callback
 holds the loop much longer than one budget plus one piece, and a heartbeat due meanwhile is
 written between two pieces (hub.py: a queued stream's heartbeat never waits for its turn).
 """
@@ -53,13 +55,13 @@ class CatchUp:
         # `_run_handle` stays set while this runs: a stream added back meanwhile waits for the
         # one next run, scheduled below, not for a second run in the same turn.
         queue, write = self._queue, self._write
-        deadline = time.perf_counter() + TURN_BUDGET_SECONDS
+        deadline = time.thread_time() + TURN_BUDGET_SECONDS  # CPU time: see above
         written = 0
         for _ in range(len(queue)):  # those queued now: one added back waits for the next run
             stream = queue.popleft()
             stream.queued = False
             written += write(stream)
-            if time.perf_counter() >= deadline:
+            if time.thread_time() >= deadline:
                 break
         self._run_handle = asyncio.get_running_loop().call_soon(self._run) if queue else None
         self._after_run(written)

@@ -8,11 +8,11 @@ keeps each one's sink, parked coroutine, place in the catch-up queue and due hea
 record of its own (`Served`), and moves the stream through its states (stream.py's table)
 as its deliveries and its sink say. A stream's coroutine (`serve`) runs only for what needs
 an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind after
-a write (a replay, a catch-up past one piece) is written its next piece by the catch-up queue
-(catchup.py), one piece per stream per turn of the loop; the pass leaves a queued replay to
-that queue and writes only its heartbeat. Every delivery metric is counted here: each
-stream's own walk from the notes its delivery returns, shared batches once per batch and
-pass (`Window.taken`).
+a write (a replay, a catch-up past one piece), or mid-replay when its transport has drained,
+is written its next piece by the catch-up queue (catchup.py), one piece per stream per turn
+of the loop, within its budget; the pass leaves a queued replay to that queue and writes only
+its heartbeat. Every delivery metric is counted here: each stream's own walk from the notes
+its delivery returns, shared batches once per batch and pass (`Window.taken`).
 
 Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
 beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
@@ -416,6 +416,11 @@ class Hub:
                         stream.move(GOES_ON)
                 elif not served.queued and stream.has_work(window, served.beat_due):
                     due, served.beat_due = served.beat_due, None
+                    if stream.replaying:  # drained mid-replay: a due heartbeat now, the next
+                        self._own_delivery(served, stream.gather(window, due, events_too=False))
+                        if stream.state is PARKED:
+                            self.catch_up.add(served)  # piece in its turn
+                        continue
                     self._own_delivery(served, stream.gather(window, due))
                     if stream.state is PARKED and stream.behind(window):
                         self.catch_up.add(served)

@@ -29,6 +29,7 @@ from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, header, header_values
 from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits, Holding
+from gateway.worker.pace import OpeningPace
 from gateway.worker.stream import TaskView
 
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
@@ -46,6 +47,7 @@ class Openings:
         self.counters = counters
         self.limits = limits
         self.holds: dict[Served, tuple[TokenRule | None, Holding | None]] = {}
+        self.pace = OpeningPace()  # a storm's openings, a few a turn of the loop
         self.conversation_mode = config.lifecycle.conversation
 
     async def open(self, scope, send, method: str, rpc_id, params: dict, caller: Caller,
@@ -55,6 +57,7 @@ class Openings:
         holding = await self.limits.hold_stream(scope, rule)
         served = None
         try:
+            await self.pace.admit()
             served = await self._stream(scope, send, method, rpc_id, params, caller)
         finally:
             if served is None:

@@ -17,7 +17,7 @@ from gateway.config import Config
 from gateway.tuning import BALANCE_SLACK
 from gateway.control import ControlClient
 from gateway.metrics import Counters
-from gateway.worker import hypercorn, reload
+from gateway.worker import collector, hypercorn, reload
 from gateway.worker.app import create_app
 from gateway.worker.malloc_trim import Trimmer
 from gateway.worker.hub import Hub
@@ -53,6 +53,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     trimmer = Trimmer()
     trimmer.start()
     reloads = asyncio.create_task(reload.follow(config, app.rpc, hub))  # SIGHUP's settings
+    collector.tune()  # no full collection over tens of thousands of streams mid-storm
     logs.get("worker").info("worker serving", worker=index)
     try:
         await hypercorn.serve(app, config, listener, stop.wait, busier)
