@@ -18,9 +18,7 @@ import textwrap
 
 import pytest
 
-from support import running_gateway, user_message, wait_for
-from test_http_framing import dechunk, post, until_close
-from test_observability import scrape
+from support import dechunk, post, running_gateway, scrape, until_close, user_message, wait_for
 
 CARRIED = "carried-connection"
 PROBE = f'''

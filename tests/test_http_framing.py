@@ -20,7 +20,8 @@ import orjson
 import pytest
 
 from gateway.protocol.parser import SSEParser
-from support import GatewayOptions, describe, is_terminal_event, rpc, running_gateway, user_message
+from support import (GatewayOptions, dechunk, describe, is_terminal_event, post, rpc, running_gateway,
+                     until_close, user_message)
 
 READ_TIMEOUT = 20.0
 HEADER_TIMEOUT = "120"
@@ -30,38 +31,6 @@ SSM = "SendStreamingMessage"
 @pytest.fixture(scope="module")
 def gateway_options():
     return GatewayOptions("--header-timeout", HEADER_TIMEOUT)
-
-
-def post(method: str, params: dict, version: str = "1.1", headers: bytes = b"") -> bytes:
-    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    return (f"POST / HTTP/{version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\n").encode() + headers + b"\r\n" + body
-
-
-def until_close(port: int, request: bytes, *, half_close: bool = False) -> bytes:
-    """Every byte the server writes for `request`, up to its close (a hang fails the test)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT) as sock:
-        sock.sendall(request)
-        if half_close:
-            sock.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        return data
-
-
-def dechunk(body: bytes) -> bytes:
-    """A chunked body's bytes; it must end with the terminating chunk and nothing after."""
-    out = b""
-    while True:
-        size_line, sep, body = body.partition(b"\r\n")
-        assert sep, "a chunk's size line is cut off"
-        size = int(size_line, 16)
-        if size == 0:
-            assert body == b"\r\n", body  # the terminating chunk, no trailers, then the close
-            return out
-        assert body[size:size + 2] == b"\r\n"
-        out, body = out + body[:size], body[size + 2:]
 
 
 def events_of(stream_body: bytes) -> list:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 
-from gateway.worker.hypercorn import patches, serving
+from gateway.worker.hypercorn import serving
 from support import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")

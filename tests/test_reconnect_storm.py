@@ -19,7 +19,6 @@ silently.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import shutil
 import socket
@@ -32,8 +31,6 @@ import uvloop
 from gateway import tuning
 from gateway.config import somaxconn
 from gateway.worker.hypercorn import accept
-from gateway.protocol.parser import SSEParser
-from gateway.protocol.uris import STREAM_URI
 from support import (STORM_WATCHERS, Http, SSEStream, frame_of, full_ring, headers_for,
                      is_terminal_event, read_replay, rpc, rpc_body, running_gateway, task_id_of,
                      user_message, wait_for)

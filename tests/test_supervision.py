@@ -72,7 +72,7 @@ def test_a_killed_exporter_is_replaced_on_its_port_logged_counted_and_the_superv
         samples = scrape(gw.metrics_port)  # the same port, served by the new exporter
         assert samples["murgw_exporter_restarts_total"] == 1
         assert samples["murgw_worker_restarts_total"] == 0
-        assert samples[f'murgw_process_resident_memory_bytes{{process="exporter"}}'] > 0
+        assert samples['murgw_process_resident_memory_bytes{process="exporter"}'] > 0
         logged = [r for r in gw.logs() if r.get("event") == "exporter died; replacing it"]
         assert len(logged) == 1 and logged[0]["exporter_pid"] == old and logged[0]["exitcode"] == -signal.SIGKILL
         assert named_children(gw)["murgw: exporter"] == new
