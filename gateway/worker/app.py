@@ -4,7 +4,7 @@
 and the streams, opened by opening.py and served by hub.py); the agent card (card.py),
 attachments (attachments.py), the probes (below: `/healthz` answers while the process
 serves, `/readyz` while it can serve a stream) and the watch page (watch_page.py). Every
-request first passes `Admission` (door.py).
+request first passes `Admission` (door/admission.py).
 """
 
 from __future__ import annotations
