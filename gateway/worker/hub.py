@@ -416,12 +416,8 @@ class Hub:
                         stream.move(GOES_ON)
                 elif not served.queued and stream.has_work(window, served.beat_due):
                     due, served.beat_due = served.beat_due, None
-                    if stream.replaying:  # drained mid-replay: a due heartbeat now, the next
-                        self._own_delivery(served, stream.gather(window, due, events_too=False))
-                        if stream.state is PARKED:
-                            self.catch_up.add(served)  # piece in its turn
-                        continue
-                    self._own_delivery(served, stream.gather(window, due))
+                    # Drained mid-replay: a due heartbeat now, the next piece in its turn.
+                    self._own_delivery(served, stream.gather(window, due, events_too=not stream.replaying))
                     if stream.state is PARKED and stream.behind(window):
                         self.catch_up.add(served)
                 else:
@@ -467,6 +463,5 @@ class Served:
 
     def poke(self) -> None:
         """Resume its coroutine if it is parked (the hub's, or the sink's on a disconnect)."""
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self.parked:
+            self.waiter.set_result(None)
