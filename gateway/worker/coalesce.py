@@ -6,6 +6,9 @@ each at once (sub-millisecond delivery). When a pass fills a large share of the 
 next one waits a little, so the events written meanwhile leave in the same write: the wait
 grows by a step each busy pass, up to a cap that bounds the added latency, and halves each
 light pass until it is 0 again. Between the two shares it holds, so it does not oscillate.
+A wait is worth its latency only when another event comes within it: where the last pass's
+events came slower than one per cap (10,000 watchers of 10 events a second: a busy loop, and
+no wait up to the cap would put two events in a write), it shrinks as under light load.
 
 Pure: the hub measures, this decides. The knobs are named in gateway/tuning.py.
 """
@@ -37,18 +40,20 @@ def load_share(pass_seconds: float, interval_seconds: float) -> float:
     return min(1.0, pass_seconds / max(interval_seconds, pass_seconds))
 
 
-def next_delay(pass_seconds: float, interval_seconds: float, current_delay: float,
+def next_delay(pass_seconds: float, interval_seconds: float, current_delay: float, events: int,
                knobs: Knobs = KNOBS) -> float:
     """Seconds to wait before the next pass, in [0, knobs.max_delay].
 
     `pass_seconds`: how long the pass that just ended took; `interval_seconds`: from the
     start of the previous pass to the start of this one (so it includes the delay that
-    preceded it); `current_delay`: the delay in force."""
+    preceded it); `current_delay`: the delay in force; `events`: the new events the pass
+    copied (they arrived within the interval)."""
     current = min(max(current_delay, 0.0), knobs.max_delay)
     share = load_share(pass_seconds, interval_seconds)
-    if share >= knobs.busy_share:
+    catches_more = events * knobs.max_delay >= interval_seconds  # at least one per cap
+    if share >= knobs.busy_share and catches_more:
         return min(knobs.max_delay, current + knobs.step)
-    if share <= knobs.idle_share:
+    if share <= knobs.idle_share or not catches_more:
         shrunk = current * knobs.decay
         return 0.0 if shrunk < knobs.floor else shrunk
     return current

@@ -135,7 +135,8 @@ class Hub:
 
     def _on_poll(self) -> None:
         self._poll = None
-        self.sync()
+        if self._pending_sync is None:  # else a wake-up came and its pass is due: no wake-up was missed
+            self.sync()
 
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
@@ -146,7 +147,8 @@ class Hub:
             self._new_session(ring.epoch)
         target = ring.head
         keys: set[int] = set()
-        advanced = target > window.head
+        arrived = max(0, target - window.head)  # new ids since the last pass (coalesce.py)
+        advanced = arrived > 0
         if advanced:
             for event_id in range(max(window.head + 1, target - window.slots + 1), target + 1):
                 record = ring.read(event_id)
@@ -166,7 +168,8 @@ class Hub:
         # Every sync feeds the policy, idle polls included: a poll's share of the loop is about
         # 0, so the delay a busy spell left decays to 0 within a few polls of quiet, rather
         # than holding until the next events arrive.
-        self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay)
+        self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay,
+                                 arrived)
         self._pass_started = started
         board.arm(self.index)
         if ring.head != window.head or ring.epoch != self.epoch:
