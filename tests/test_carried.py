@@ -18,6 +18,7 @@ import textwrap
 
 import pytest
 
+from gateway.worker.hypercorn.carried import chunk
 from support import dechunk, post, running_gateway, scrape, until_close, user_message, wait_for
 
 CARRIED = "carried-connection"
@@ -189,3 +190,31 @@ def test_a_stalled_reader_lags_alike(loaded):
     answers = each(loaded, lagged_chunk)
     assert answers["carried"] == answers["inside"]
     assert answers["carried"].startswith(b"data: ") and LAGGED in answers["carried"]
+
+
+def test_a_chunk_is_framed_as_h11_frames_it_once_per_body():
+    """The pass hands one shared batch to every watcher in step: framed once, and each body
+    framed as its own, whatever came before it (h11's framing: hex size, CRLF, data, CRLF)."""
+    batch, other = b"id: 1\ndata: {}\n\n" * 3, b": heartbeat\n\n"
+    first = chunk(batch)
+    assert first == b"30\r\n" + batch + b"\r\n"
+    assert chunk(batch) is first  # the watchers after the first: the same bytes, no copy
+    assert chunk(other) == b"d\r\n: heartbeat\n\n\r\n"
+    equal_not_same = bytes(bytearray(batch))
+    assert chunk(equal_not_same) == first
+    assert chunk(b"") == b"0\r\n\r\n"
+
+
+def test_a_streams_end_and_its_close_arrive_together(gateways):
+    """The head says keep-alive, yet the connection closes after a stream: a client that pools
+    connections must find the close there once it has read the terminating chunk, or it sends
+    its next request into a closing connection ("server disconnected"). Each path writes
+    the terminating chunk and the FIN in one segment, so the read after the end finds the
+    EOF at once, on every stream; so does the path inside hypercorn."""
+    for gw in gateways.values():
+        for _ in range(20):
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as sock:
+                sock.sendall(post("SendStreamingMessage", user_message("hello")))
+                read_until(sock, lambda d: d.endswith(b"\r\n0\r\n\r\n"))
+                sock.setblocking(False)
+                assert sock.recv(1) == b""  # BlockingIOError: the close was not there yet

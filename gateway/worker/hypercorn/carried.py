@@ -14,14 +14,17 @@ for (direct.py's `sink_for`, after the head is written), `carry` moves the trans
 
 - the transport's protocol becomes the `Carried` (`set_protocol`): the read side is watched
   for EOF or reset only, and what a client sends after its request is dropped;
+- the request's scope is emptied (hypercorn made it, and nothing reads it once the stream's
+  head is written);
 - hypercorn's writer is given a transport that does nothing (`CUT`), and its stream protocol
   is told the connection is lost: its read loop ends, its H11Protocol closes the request (the
   receive queue's `http.disconnect` reaches no one: the relay has let it go), and its task
   group ends once the relay has answered hypercorn's app call. Nothing of it is referenced
   from the stream any more;
 - each chunk is framed as h11 frames it (`chunk`, direct.py's too) and written in one
-  `transport.write`, and the end is the terminating chunk, a FIN and a close, as hypercorn wrote them: the bytes on the
-  wire are today's (tests/test_carried.py compares them with the hypercorn path).
+  `transport.write`, and the end is the terminating chunk, a FIN and a close, as hypercorn
+  wrote them, the chunk and the FIN in one segment: the bytes on the wire are today's
+  (tests/test_carried.py compares them with the hypercorn path).
 
 What this follows of asyncio's streams and uvloop's transports is in the patch table
 (patches.CARRY, checked at start); where it moved, streams are served as before, by the
@@ -33,6 +36,7 @@ hypercorn gives its own, then cancels them.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from gateway import logs
 
@@ -42,22 +46,35 @@ _carried_apps: set[asyncio.Task] = set()
 log = logs.get("worker")
 
 
+class _Framed:
+    """The last body framed, and its frame: a pass hands the same shared batch (one bytes
+    object, window.py's `Batch`) to every watcher in step, so it is framed once for all of
+    them, not copied once per watcher. One entry: the bytes of one piece at most."""
+
+    body: bytes = b""
+    frame: bytes = b"0\r\n\r\n"
+
+
 def chunk(body: bytes) -> bytes:
-    """`body` as one HTTP/1.1 chunk, framed as h11 frames it: one copy, one buffer for the
-    transport. `writelines((size, body, CRLF))` (no copy, three buffers) showed no gain in
-    memory or CPU, and fast readers beside stalled ones lagged no less often (loadtest/RESULTS.md,
-    runs 4 and 5)."""
-    return b"%x\r\n%b\r\n" % (len(body), body)
+    """`body` as one HTTP/1.1 chunk, framed as h11 frames it: one buffer for the transport,
+    made once per body (`_Framed`). `writelines((size, body, CRLF))` (no copy, three buffers
+    per write) showed no gain in memory or CPU, and fast readers beside stalled ones lagged no
+    less often (loadtest/RESULTS.md, runs 4 and 5)."""
+    if body is not _Framed.body:
+        _Framed.frame = b"%x\r\n%b\r\n" % (len(body), body)
+        _Framed.body = body
+    return _Framed.frame
 
 
 class Relay:
     """The app's send and receive for one HTTP/1.1 request: hypercorn's until the stream is
-    carried, nothing after (the app's frames then hold no reference into hypercorn)."""
+    carried, nothing after (the app's frames then hold no reference into hypercorn). It
+    keeps the request's scope until then, to empty it once carried (`carry`)."""
 
-    __slots__ = ("send_to", "receive_from", "carried")
+    __slots__ = ("send_to", "receive_from", "carried", "scope")
 
-    def __init__(self, send, receive, carried: asyncio.Future):
-        self.send_to, self.receive_from, self.carried = send, receive, carried
+    def __init__(self, send, receive, carried: asyncio.Future, scope: dict):
+        self.send_to, self.receive_from, self.carried, self.scope = send, receive, carried, scope
 
     async def send(self, message: dict) -> None:
         if self.send_to is not None:
@@ -69,7 +86,7 @@ class Relay:
         return await self.receive_from()
 
     def let_go(self) -> None:
-        self.send_to = self.receive_from = None
+        self.send_to = self.receive_from = self.scope = None
         if not self.carried.done():
             self.carried.set_result(None)
         self.carried = None
@@ -86,7 +103,7 @@ def carrying(app):
         if scope["type"] != "http" or scope.get("http_version") != "1.1":
             return await app(scope, receive, send)
         carried = asyncio.get_running_loop().create_future()
-        relay = Relay(send, receive, carried)
+        relay = Relay(send, receive, carried, scope)
         task = asyncio.ensure_future(app(scope, relay.receive, relay.send))
         try:
             await asyncio.wait((task, carried), return_when=asyncio.FIRST_COMPLETED)
@@ -205,9 +222,14 @@ class Carried(asyncio.Protocol):
             await self._drained
 
     async def end(self) -> None:
+        """The terminating chunk, then the FIN, in one segment where the transport allows
+        (`cork_until_fin`): the head said keep-alive, yet the connection closes after a stream
+        (http11_fixes.py), so a client that pools connections must find the close already
+        there once it has read the response's end, or it sends its next request into it."""
         transport = self.transport
         if transport is None or self.closed:
             return
+        cork_until_fin(transport)
         transport.write(LAST_CHUNK)
         try:
             transport.write_eof()
@@ -231,6 +253,19 @@ class Carried(asyncio.Protocol):
             transport.close()  # the stream is over: so is its connection
 
 
+def cork_until_fin(transport: asyncio.Transport) -> None:
+    """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
+    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end on
+    either path (http11_fixes.py's too). Plain TCP only: a TLS transport cannot write an EOF,
+    and its end is its close_notify."""
+    if not transport.can_write_eof():
+        return
+    try:
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    except (AttributeError, OSError):
+        pass  # no socket, or the connection is going: the FIN follows as before
+
+
 def carry(relay: Relay, writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> Carried | None:
     """Move the connection behind `writer` out of hypercorn, its stream's head written; None
     where it is closing already (hypercorn ends it, as before)."""
@@ -244,6 +279,10 @@ def carry(relay: Relay, writer: asyncio.StreamWriter, reader: asyncio.StreamRead
     carried = Carried(transport, left, bool(getattr(stream_protocol, "_paused", False)))
     transport.set_protocol(carried)
     writer._transport = CUT
+    # The scope is read for the last time when the stream opens, and hypercorn, which made
+    # it, lets the connection go here: what it holds (headers, addresses, path, extensions,
+    # ~0.5 KiB) goes with it. The dict stays, empty, in our app's frames.
+    relay.scope.clear()
     relay.let_go()
     stream_protocol.connection_lost(None)  # hypercorn's read loop ends; its request closes
     return carried

@@ -8,7 +8,9 @@
 - **An event stream's end is the connection's end.** The protocol says "the body ends when
   the connection closes", and a reader may wait for EOF. A `text/event-stream` response
   keeps `connection: keep-alive` on its head (the spec's head), writes its terminating
-  chunk, and then the connection closes instead of waiting for another request.
+  chunk, and then the connection closes instead of waiting for another request; the chunk
+  and the FIN leave in one segment, so a client that pools connections finds the close
+  with the response's end and never sends its next request into it.
 - **A half-closed client gets its whole answer; a watcher's FIN is its leaving.** A client
   that sends its request and shuts its write side (`shutdown(SHUT_WR)`) is still reading.
   hypercorn took that EOF for a disconnect, and an idle connection lingered in CLOSE-WAIT
@@ -32,6 +34,7 @@ import h11
 from hypercorn.events import Closed
 from hypercorn.protocol.h11 import H11Protocol
 
+from gateway.worker.hypercorn.carried import cork_until_fin
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
 EVENT_STREAM = b"text/event-stream"
@@ -73,6 +76,11 @@ async def send_h11_event(self: H11Protocol, event) -> None:
     opens_stream = _is_event_stream(event)
     if opens_stream:
         _note(self, CLOSE_AFTER)
+    elif isinstance(event, h11.EndOfMessage) and _has(self, CLOSE_AFTER):
+        # the terminating chunk and the close that follows it, in one segment (carried.py)
+        writer = getattr(getattr(self.send, "__self__", None), "writer", None)
+        if writer is not None:
+            cork_until_fin(writer.transport)
     await _original_send_h11_event(self, _with_reason(event))
     if opens_stream and _has(self, EOF_TAKEN):  # it left before its stream opened
         await self._close_stream()
