@@ -9,16 +9,17 @@ They live together so that a change of one is seen beside the others it plays ag
 # streams fills a share of the time between passes, the next pass waits a little so each
 # write carries more events; the wait falls back to 0 when the share drops, or when events
 # come too seldom for any wait up to the cap to catch a second one. A write costs about as
-# much as the events in it together (the kernel's TCP send, most of a worker's CPU), so the
-# shares are low: at 1,000 watchers x 100 events/s a pass is ~15% of the loop, and waiting
-# then halves the writes. The cap bounds the latency it adds: with it the gateway's p99 there
-# is 38-40 ms against nchan's 44-45 ms in the same run (loadtest/RESULTS.md, run 7).
+# much as seven events in it (the kernel's TCP send, most of a worker's CPU), so the shares
+# are low: at 1,000 watchers x 100 events/s a pass is ~15% of the loop, and waiting then more
+# than halves the writes. The cap bounds the latency it adds: p99 there is the cap plus about
+# 17 ms, 42-44 ms at 25 ms against nchan's 45 in the same run (30 ms: 47-50; loadtest/RESULTS.md,
+# run 7).
 COALESCE_BUSY_SHARE = 0.15   # pass / interval at or above which the delay grows
 COALESCE_IDLE_SHARE = 0.05   # at or below which it shrinks
 COALESCE_STEP_SECONDS = 0.001  # added per busy pass
 COALESCE_DECAY = 0.5         # the delay kept per light pass
 COALESCE_FLOOR_SECONDS = 0.0005  # a shrunk delay under this is 0: light loads go out at once
-COALESCE_MAX_SECONDS = 0.030  # never more
+COALESCE_MAX_SECONDS = 0.025  # never more
 # A wake-up finding this many events not yet copied passes at once, delay or not: a burst
 # must not carry a stream toward the lag limit (or the ring's end) while it waits
 # (gateway/board.py checks it is below both).
