@@ -208,9 +208,9 @@ def test_a_chunk_is_framed_as_h11_frames_it_once_per_body():
 def test_a_streams_end_and_its_close_arrive_together(gateways):
     """The head says keep-alive, yet the connection closes after a stream: a client that pools
     connections must find the close there once it has read the terminating chunk, or it sends
-    its next request into a closing connection ("server disconnected"). Each path writes
-    the terminating chunk and the FIN in one segment, so the read after the end finds the
-    EOF at once, on every stream; so does the path inside hypercorn."""
+    its next request into a closing connection ("server disconnected"). Both paths, carried
+    and inside hypercorn, write the terminating chunk and the FIN in one segment, so the read
+    after the end finds the EOF at once, on every stream."""
     for gw in gateways.values():
         for _ in range(20):
             with socket.create_connection(("127.0.0.1", gw.port), timeout=20) as sock:

@@ -78,7 +78,7 @@ async def send_h11_event(self: H11Protocol, event) -> None:
         _note(self, CLOSE_AFTER)
     elif isinstance(event, h11.EndOfMessage) and _has(self, CLOSE_AFTER):
         # the terminating chunk and the close that follows it, in one segment (carried.py)
-        writer = getattr(getattr(self.send, "__self__", None), "writer", None)
+        writer = getattr(_tcp_server(self), "writer", None)
         if writer is not None:
             cork_until_fin(writer.transport)
     await _original_send_h11_event(self, _with_reason(event))
@@ -96,12 +96,18 @@ async def maybe_recycle(self: H11Protocol) -> None:
     await _original_maybe_recycle(self)
 
 
+def _tcp_server(self: H11Protocol):
+    """hypercorn's TCPServer behind the protocol's send, with its reader and writer (the chain
+    patches.py's table checks); None where it is not there."""
+    return getattr(self.send, "__self__", None)
+
+
 def _peer_sent_eof(self: H11Protocol) -> bool:
     """Whether the client shut its write side cleanly. h11 learns of an EOF only from an empty
     read, which hypercorn never makes when the EOF came with the request's last bytes, so the
     server's reader is asked too (a reset is not an EOF there: it is an exception)."""
     if not self.connection.trailing_data[1]:
-        reader = getattr(getattr(self.send, "__self__", None), "reader", None)
+        reader = getattr(_tcp_server(self), "reader", None)
         if reader is None or not reader.at_eof():
             return False
         self.connection.receive_data(b"")
