@@ -1,0 +1,129 @@
+"""What opening a stream costs: N `murmur.WatchSession` openings, the gateway against nginx+nchan.
+
+A reconnect storm after a deploy is where the cost of an opening shows. This bench has the C
+reader (csse, built with the tool's build.sh) open `--watchers` streams with
+`--connect-concurrency` in flight, against one gateway worker and against one nginx worker with
+nchan's EventSource subscriber, each pinned to `--server-cpus`, csse to `--client-cpus`, the
+systems alternating over `--repeats` rounds in one run, so their ratio is read within a run
+(nchan's own cost moves between sessions). Reported per run:
+
+- `open_s`: csse's connect phase, from its first connect to the last stream's response head;
+- `server_cpu_us_per_opening`: the server's process tree's CPU (user + system, /proc) over
+  that phase, divided by the streams opened;
+- `rss_kib_per_stream`: the tree's RSS once all are open, less its RSS before, per stream.
+
+The gateway runs with the access log at its default (on, at `--log-level info`, to /dev/null),
+no load (`--sim-load 0`), and replays nothing unless `--last-event-id 0` is given (then each
+opening replays the ring: start it with `--fill` events written first). A summary line gives
+the medians and the ratio gateway / nchan.
+
+    python -m loadtest.openings --csse /tmp/csse --watchers 10000 --connect-concurrency 1000 \
+        --repeats 3 --server-cpus 0 --client-cpus 1
+
+Bounded: csse by `--connect-timeout` and a hard timeout; every server started here is stopped by
+pid at the end of its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gateway import procstat  # noqa: E402
+from loadtest import bench  # noqa: E402
+from loadtest.storm import fill_ring  # noqa: E402
+
+SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--csse", required=True, help="the csse binary")
+    p.add_argument("--watchers", type=int, default=10_000)
+    p.add_argument("--connect-concurrency", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--systems", default="gateway,nchan")
+    p.add_argument("--server-cpus", default="0")
+    p.add_argument("--client-cpus", default="1")
+    p.add_argument("--connect-timeout", type=float, default=60.0)
+    p.add_argument("--last-event-id", default=None, help="sent on every opening (gateway only)")
+    p.add_argument("--fill", type=int, default=0, help="events written before the openings (gateway only)")
+    p.add_argument("--gateway-args", default="", help="more gateway options, after ours")
+    p.add_argument("--out", default=None, help="write every run's figures here as JSON")
+    return p.parse_args(argv)
+
+
+def server_for(args, system: str):
+    ns = types.SimpleNamespace(heartbeat_interval=15.0, size=300, large=args.watchers, idle=0,
+                               gateway_args=f"--log-level info {args.gateway_args}", server_cpus=args.server_cpus)
+    return bench.SERVERS[system](ns, 0.0, 1)
+
+
+def one_run(args, system: str) -> dict:
+    with server_for(args, system) as server:
+        time.sleep(SETTLE_SECONDS)
+        bench.check_pinning(server.proc.pid, args.server_cpus)
+        if system == "gateway" and args.fill:
+            fill_ring(server.url, args.fill)
+            time.sleep(2.0)  # the burst runs to its end before the openings
+        family = procstat.tree(server.proc.pid)
+        cpu_before, rss_before = procstat.cpu_seconds(family), procstat.rss_kib(family)
+        with tempfile.TemporaryDirectory(prefix="openings-") as tmp:
+            ready = os.path.join(tmp, "ready")
+            cmd = [args.csse, "-n", str(args.watchers), "--connect-concurrency", str(args.connect_concurrency),
+                   "--connect-timeout", str(args.connect_timeout), "--ready-file", ready, "--duration", "2",
+                   "--source-addrs", str(max(1, -(-args.watchers // 25_000)))]
+            if server.dialect == "murmur":
+                cmd += ["--mode", "post"]
+                if args.last_event_id is not None:
+                    cmd += ["--last-event-id", args.last_event_id]
+            client = subprocess.Popen(bench.pinned([*cmd, server.url], args.client_cpus),
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + args.connect_timeout + 10
+            while not os.path.exists(ready) and client.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            family = procstat.tree(server.proc.pid)
+            cpu_open, rss_open = procstat.cpu_seconds(family), procstat.rss_kib(family)
+            out, _ = client.communicate(timeout=args.connect_timeout + 30)
+        report = json.loads(out.decode().strip().splitlines()[-1])
+    opened = report["conns_opened"]
+    return {"system": system, "opened": opened, "open_s": report.get("connect_wall_s"),
+            "server_cpu_s": round(cpu_open - cpu_before, 3),
+            "server_cpu_us_per_opening": round((cpu_open - cpu_before) / max(opened, 1) * 1e6, 1),
+            "rss_kib_per_stream": round((rss_open - rss_before) / max(opened, 1), 2),
+            "failed": report["fail_reasons"]}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    systems = args.systems.split(",")
+    runs = []
+    for repeat in range(args.repeats):
+        for system in systems[repeat % len(systems):] + systems[:repeat % len(systems)]:
+            run = one_run(args, system)
+            runs.append(run)
+            print(json.dumps(run), flush=True)
+    medians = {s: statistics.median(r["server_cpu_us_per_opening"] for r in runs if r["system"] == s)
+               for s in systems}
+    summary = {"median_cpu_us_per_opening": medians,
+               "median_open_s": {s: statistics.median(r["open_s"] or 0 for r in runs if r["system"] == s)
+                                 for s in systems}}
+    if "gateway" in medians and medians.get("nchan"):
+        summary["gateway_over_nchan"] = round(medians["gateway"] / medians["nchan"], 2)
+    print(json.dumps(summary), flush=True)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"runs": runs, "summary": summary}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
