@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import config, config_reload
-from test_config import refusal
+from support import start_refusal as refusal
 
 UPSTREAM = "http://127.0.0.1:9"
 
