@@ -34,12 +34,12 @@ from gateway import banner, board, capacity, config_found, config_reload, contro
 from gateway import metrics, proctitle, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
+from gateway.tuning import NOTSENT_LOWAT_BYTES
 from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
 METRICS_BACKLOG = 64
 RELOAD_TIMEOUT = 5.0
