@@ -45,7 +45,7 @@ def test_config_round_trips_to_child_processes(tmp_path):
     assert config.Config.from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("argv, env, toml, names", [
+BAD_VALUES = [  # (command line, environment, a file or None, what the refusal names)
     (["--workers", "0"], {}, None, "--workers"),
     (["--bind", "nowhere"], {}, None, "--bind"),
     (["--heartbeat-interval", "-1"], {}, None, "--heartbeat-interval"),
@@ -56,7 +56,10 @@ def test_config_round_trips_to_child_processes(tmp_path):
     ([], {}, "bogus = 1\n", "bogus"),
     ([], {}, "this is = not toml = \n", "not valid TOML"),
     ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\n", "sha256"),
-])
+]
+
+
+@pytest.mark.parametrize("argv, env, toml, names", BAD_VALUES)
 def test_bad_values_are_refused_naming_the_setting(tmp_path, argv, env, toml, names):
     if toml is not None:
         path = tmp_path / "gw.toml"
@@ -253,6 +256,14 @@ def checked(path, listener, *argv: str) -> list[str]:
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith("mur-gateway: ") for line in lines), result.stderr
     return [line[len("mur-gateway: "):] for line in lines]
+
+
+@pytest.mark.parametrize("argv, env, toml, names", [case for case in BAD_VALUES if case[2] is not None])
+def test_check_refuses_each_bad_value_of_a_file(tmp_path, listener, argv, env, toml, names):
+    path = tmp_path / "gw.toml"
+    path.write_text(toml)
+    [line] = checked(path, listener, *argv)
+    assert names in line
 
 
 @pytest.mark.parametrize("toml, line", STRICT_FILES)

@@ -38,6 +38,15 @@ def test_upstream_cacert_without_upstream_stops_the_start(certs):
         "--upstream-cacert: takes effect only with --upstream, which is not set")
 
 
+def test_a_rule_names_where_the_value_came_from(tmp_path):
+    path = tmp_path / "gw.toml"
+    path.write_text('upstream-token = "secret-value"\nsim_load_size = 64\n')
+    assert refusal("--config", str(path)) == (
+        "config upstream-token: takes effect only with --upstream, which is not set")
+    assert refusal("--config", str(path), env={"MUR_GATEWAY_UPSTREAM": UPSTREAM}) == (
+        "config sim_load_size: takes effect only with --sim-load (a rate above 0), which is not set")
+
+
 def test_each_option_with_what_it_needs_loads(certs):
     cfg = config.load(["--upstream", UPSTREAM, "--upstream-token", "t", "--upstream-cacert", certs.cafile],
                       environ={})
