@@ -147,7 +147,29 @@ def markdown() -> str:
               "`[network.authentication]` the door is public. A reload applies the table.", "",
               "| key | meaning |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(words)} |" for key, words in TOKEN_WORDS.items()]
+    lines += ["", "## An example", "",
+              "A token's digest: `printf %s \"$TOKEN\" | sha256sum` (no newline after the token). "
+              "Check the file before a start or a reload with `mur-gateway --check --config "
+              "gateway.toml`.", "", "```toml", EXAMPLE.rstrip("\n"), "```"]
     return "\n".join(lines) + "\n"
+
+
+# docs/configuration.md's example (tests/test_config_check.py loads it).
+EXAMPLE = """\
+bind = "0.0.0.0:52222"
+max-streams-per-client = 8
+client-request-rate = 5
+trusted-proxies = "10.0.0.0/8"
+
+[lifecycle]
+max_running_tasks = 32
+
+[[network.authentication.tokens]]
+name = "dashboard"
+sha256 = "8e4edbd86d2ff37462b261515423d9a2a9338d1b956be49043e83189361ea6c5"
+scopes = ["murmur.WatchSession", "GetTask", "ListTasks"]
+max_streams = 100
+"""
 
 
 TOKEN_WORDS = {

@@ -19,7 +19,7 @@ import sys
 import trustme
 
 from gateway import config
-from gateway.config_print import markdown
+from gateway.config_print import EXAMPLE, markdown
 from support import ROOT, judged
 
 UPSTREAM_SECRET = "upstream-secret-value-4f1c"
@@ -105,3 +105,10 @@ def test_the_docs_option_table_is_what_the_declarations_write():
         assert fh.read() == markdown(), "run: python -m gateway.config_print > docs/configuration.md"
     for opt in config.OPTIONS:
         assert f"| `{opt.flag} " in markdown() and f"`{opt.env}`" in markdown()
+
+
+def test_the_docs_example_loads(tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text(EXAMPLE)
+    cfg = config.load(["--config", str(path)], environ={})
+    assert [rule.name for rule in cfg.tokens] == ["dashboard"] and cfg.client_request_rate == 5
