@@ -1,11 +1,18 @@
-"""Every setting of the gateway in one place: option, environment variable, TOML key, default.
+"""Every setting of the gateway in one place: each option declared once, as a `Config` field.
+
+A field's declaration (`option`) holds the option's default, parser, help, whether a reload
+applies it and what it needs or excludes; its flag, environment variable and TOML key follow
+from its name. argparse, the environment, the file, --print-config and docs/configuration.md
+are derived from these (`OPTIONS`), so an option is added with one field.
 
 A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
-``--config`` TOML file, else the default (README "Options"). A value that does not parse is a
-``ConfigError`` whose message names the option and where the value came from, and says what it
-accepts; the CLI prints it on one line and exits 2. The file is strict: a table or key not
-known here is refused the same way, since a misspelt one would otherwise be ignored (and in
-``[network.authentication]`` a typo would open the door).
+``--config`` TOML file (its key kebab-case or snake_case, not both), else the default. A value
+that does not parse is a ``ConfigError`` whose message names the option and where the value
+came from, and says what it accepts; the CLI prints it on one line and exits 2. The file is
+strict: a table or key not known here is refused the same way, since a misspelt one would
+otherwise be ignored (and in ``[network.authentication]`` a typo would open the door); so is
+a ``MUR_GATEWAY_*`` variable no option reads, and an option that would take no effect.
+`resolve` collects every problem (--check prints them all); `load` raises the first.
 """
 
 from __future__ import annotations
@@ -420,9 +427,6 @@ class Resolution:
     config: Config | None = None
 
 
-ORIGIN_KINDS = ("default", "file", "environment", "flag")
-
-
 def _raw(opt: Option, args: argparse.Namespace, environ: Mapping[str, str], data: dict
          ) -> tuple[Any, tuple[str, str]]:
     """An option's text as written, and where: flag over environment over file; else None."""
@@ -472,28 +476,28 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
     """Every setting and its origin, or every problem found; reads the TOML file, the TLS
     and CA files, and nothing else (no port, no process)."""
     environ = os.environ if environ is None else environ
-    found = Resolution()
+    result = Resolution()
     try:
-        found.args = argument_parser().parse_args(argv)
-        found.path = found.args.config or environ.get(ENV_PREFIX + "CONFIG")
-        data = read_file(found.path) if found.path else {}
+        result.args = argument_parser().parse_args(argv)
+        result.path = result.args.config or environ.get(ENV_PREFIX + "CONFIG")
+        data = read_file(result.path) if result.path else {}
     except ConfigError as exc:
-        found.problems.append(str(exc))
-        return found
-    found.problems += _unknown_environment(environ)
-    values, origins = found.values, found.origins
+        result.problems.append(str(exc))
+        return result
+    result.problems += _unknown_environment(environ)
+    values, origins = result.values, result.origins
     for opt in OPTIONS:
         try:
-            raw, origins[opt.attr] = _raw(opt, found.args, environ, data)
+            raw, origins[opt.attr] = _raw(opt, result.args, environ, data)
             values[opt.attr] = default_value(opt) if raw is None else opt.parse(raw)
         except ValueError as exc:
             words = str(exc) if isinstance(exc, ConfigError) else f"{origins[opt.attr][1]}: {exc}"
-            found.problems.append(words)
+            result.problems.append(words)
     if "certfile" in values and "keyfile" in values:
-        found.problems += filter(None, [tls.certificate_problem(values["certfile"], values["keyfile"])])
+        result.problems += filter(None, [tls.certificate_problem(values["certfile"], values["keyfile"])])
     if "upstream_cacert" in values:
-        found.problems += filter(None, [tls.upstream_cacert_problem(values["upstream_cacert"])])
-    found.problems += _rule_problems(values, origins)
+        result.problems += filter(None, [tls.upstream_cacert_problem(values["upstream_cacert"])])
+    result.problems += _rule_problems(values, origins)
     if "workers" in values and values["workers"] is None:
         values["workers"] = config_found.default_workers()
     tables: dict[str, Any] = {}
@@ -501,18 +505,18 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
         try:
             tables[name] = token_rules(data) if name == "tokens" else _section(data, name, SECTIONS[name])
         except ConfigError as exc:
-            found.problems.append(str(exc))
+            result.problems.append(str(exc))
         origins[name] = ("file", f"config [{name}]") if name in data or (
             name == "tokens" and "network" in data) else ("default", "default")
-    if not found.problems:
-        found.config = Config(**values, **tables)
-    return found
+    if not result.problems:
+        result.config = Config(**values, **tables)
+    return result
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Resolve every setting; raises ConfigError naming the first bad one. Reads the TOML file
     and nothing else, so it can run again, on a reload, to validate the file before applying it."""
-    found = resolve(argv, environ)
-    if found.config is None:
-        raise ConfigError(found.problems[0])
-    return found.config
+    result = resolve(argv, environ)
+    if result.config is None:
+        raise ConfigError(result.problems[0])
+    return result.config
