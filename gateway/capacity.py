@@ -47,10 +47,10 @@ def memory_available() -> int:
     return available
 
 
-def default_max_connections(workers: int) -> tuple[int, str]:
-    """Connections per worker this process's descriptors and the memory allow, and which of
-    the two binds ("descriptors" or "memory")."""
-    return connection_limit(resource.getrlimit(resource.RLIMIT_NOFILE)[0], memory_available(), workers)
+def default_max_connections(workers: int, nofile: int) -> tuple[int, str]:
+    """Connections per worker `nofile` descriptors and the memory available allow, and which
+    of the two binds ("descriptors" or "memory"); gateway/config_found.py resolves it."""
+    return connection_limit(nofile, memory_available(), workers)
 
 
 def connection_limit(nofile: int, memory: int, workers: int) -> tuple[int, str]:

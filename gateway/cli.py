@@ -1,4 +1,5 @@
-"""`mur-gateway` / `python -m gateway`: resolve the configuration, then run the supervisor."""
+"""`mur-gateway` / `python -m gateway`: resolve the configuration, then run the supervisor, or
+only judge it (`--check`, `--print-config`: gateway/config_check.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from gateway import config as config_module
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        config = config_module.load(argv)
-    except config_module.ConfigError as exc:  # one line, whatever the message quoted
-        print("mur-gateway: " + " ".join(str(exc).splitlines()), file=sys.stderr)
+    resolution = config_module.resolve(argv)
+    if resolution.args is not None and (resolution.args.check or resolution.args.print_config):
+        from gateway import config_check
+
+        return config_check.run(resolution)
+    if resolution.config is None:  # one line, whatever the message quoted
+        print("mur-gateway: " + " ".join(resolution.problems[0].splitlines()), file=sys.stderr)
         return 2
+    config = resolution.config
     from gateway import supervisor
 
     try:

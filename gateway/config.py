@@ -1,11 +1,18 @@
-"""Every setting of the gateway in one place: option, environment variable, TOML key, default.
+"""Every setting of the gateway in one place: each option declared once, as a `Config` field.
+
+A field's declaration (`option`) holds the option's default, parser, help, whether a reload
+applies it and what it needs or excludes; its flag, environment variable and TOML key follow
+from its name. argparse, the environment, the file, --print-config and docs/configuration.md
+are derived from these (`OPTIONS`), so an option is added with one field.
 
 A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
-``--config`` TOML file, else the default (README "Options"). A value that does not parse is a
-``ConfigError`` whose message names the option and where the value came from, and says what it
-accepts; the CLI prints it on one line and exits 2. The file is strict: a table or key not
-known here is refused the same way, since a misspelt one would otherwise be ignored (and in
-``[network.authentication]`` a typo would open the door).
+``--config`` TOML file (its key kebab-case or snake_case, not both), else the default. A value
+that does not parse is a ``ConfigError`` whose message names the option and where the value
+came from, and says what it accepts; the CLI prints it on one line and exits 2. The file is
+strict: a table or key not known here is refused the same way, since a misspelt one would
+otherwise be ignored (and in ``[network.authentication]`` a typo would open the door); so is
+a ``MUR_GATEWAY_*`` variable no option reads, and an option that would take no effect.
+`resolve` collects every problem (--check prints them all); `load` raises the first.
 """
 
 from __future__ import annotations
@@ -13,12 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway import tls, version
+from gateway import config_found, tls, version
 from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport, parse_log_level,
                                    parse_metrics_bind, parse_networks, parse_nonnegative_float,
                                    parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
@@ -32,97 +38,80 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message names it."""
 
 
+ENV_PREFIX = "MUR_GATEWAY_"
+
+
+def hostport_text(value: tuple[str, int] | None) -> str:
+    """HOST:PORT as --bind takes it back (IPv6 in brackets); None: "off" (--metrics-bind)."""
+    if value is None:
+        return "off"
+    host, port = value
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass(frozen=True)
 class Option:
+    """One option, declared once as a `Config` field (`option`): its flag `--name`, its
+    environment variable, its TOML key (`name`, or `attr` in snake_case: both are read), the
+    parser that turns text into its value or says in words what it accepts, and its help.
+    argparse, the environment, the file, --print-config and docs/configuration.md are all
+    derived from these."""
+
     name: str
-    parse: Callable[[Any], Any]
-    default: Any
+    parse: Parser
+    default: Any  # None: off, or found at start (`found` then says how)
     metavar: str
     help: str
+    found: str | None = None  # a default found at start, in words (gateway/config_found.py)
+    reload: bool = False  # a SIGHUP reload applies it (config_reload.py)
+    needs: tuple[str, str] | None = None  # (option, what it must be): takes effect only with it
+    excludes: tuple[str, str] | None = None  # (option, why): takes effect only without it
+    secret: bool = False  # never shown (--print-config, refusals)
+    show: Callable[[Any], Any] = lambda value: value  # the value as TOML writes it back
 
     @property
     def env(self) -> str:
-        return "MUR_GATEWAY_" + self.name.upper().replace("-", "_")
+        return ENV_PREFIX + self.name.upper().replace("-", "_")
 
     @property
     def attr(self) -> str:
         return self.name.replace("-", "_")
 
-
-OPTIONS: tuple[Option, ...] = (
-    Option("bind", parse_hostport, "127.0.0.1:52222", "HOST:PORT",
-           "where clients connect; port 0 picks a free port"),
-    Option("workers", whole_number(1, MAX_WORKERS, " (the ring has control words for that many)"),
-           None, "N", f"worker processes, at most {MAX_WORKERS}"),
-    Option("metrics-bind", parse_metrics_bind, "127.0.0.1:9464", "HOST:PORT",
-           "the Prometheus /metrics endpoint, or 'off'"),
-    Option("heartbeat-interval", parse_positive_seconds, 15.0, "SECONDS", "heartbeat period"),
-    Option("upstream", parse_url, None, "URL", "front a real capsule at URL"),
-    Option("upstream-token", parse_secret, None, "TOKEN", "bearer token presented upstream"),
-    Option("sim-load", parse_nonnegative_float, 0.0, "RATE",
-           "embedded capsule: text frames per second on a long-lived task"),
-    Option("sim-load-size", parse_nonnegative_int, 0, "BYTES", "pad each load frame to BYTES"),
-    Option("log-level", parse_log_level, "info", "LEVEL", "debug, info, warning or error"),
-    Option("max-body-bytes", parse_positive_int, 1 << 20, "BYTES",
-           "largest JSON-RPC request body accepted (413 beyond)"),
-    Option("max-header-bytes", parse_positive_int, 16384, "BYTES",
-           "largest request head: target plus header names and values (431 beyond)"),
-    Option("max-headers", parse_positive_int, 100, "N", "most request header lines (431 beyond)"),
-    Option("max-json-depth", whole_number(1, MAX_JSON_DEPTH), 32, "LEVELS",
-           "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)"),
-    Option("max-rpc-id-chars", parse_positive_int, 256, "CHARS",
-           "longest JSON-RPC string id (-32600 beyond)"),
-    Option("max-connections", parse_positive_int, None, "N",
-           "requests in progress per worker, open streams included (503 with Retry-After beyond)"),
-    Option("listen-backlog", parse_positive_int, None, "N",
-           "accept queue of the listening socket: connections the kernel holds until a worker "
-           "accepts one (never more than net.core.somaxconn)"),
-    Option("header-timeout", parse_positive_seconds, 10.0, "SECONDS",
-           "a connection that has not sent a whole request head (slow headers, idle keep-alive) "
-           "is closed after this"),
-    Option("body-timeout", parse_positive_seconds, 30.0, "SECONDS",
-           "a request body not received in full within this is answered 408"),
-    Option("worker-stall-timeout", parse_nonnegative_seconds, 5.0, "SECONDS",
-           "a worker whose event loop has not turned for this long of its own time (its waits "
-           "for a CPU not counted) is killed and replaced "
-           "(0: never; a stopped worker, SIGSTOP, is left alone)"),
-    Option("certfile", parse_text, None, "FILE",
-           "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind"),
-    Option("keyfile", parse_text, None, "FILE", "PEM private key of --certfile"),
-    Option("watch-page", parse_on_off, "on", "on|off", "serve the live watch page at GET /watch"),
-    Option("access-log", parse_on_off, "on", "on|off",
-           "one JSON line per request and per stream's end, on stderr"),
-    Option("upstream-cacert", parse_text, None, "FILE",
-           "PEM CA certificates an https:// upstream must chain to (default: the system store)"),
-    Option("max-streams-per-client", parse_nonnegative_int, 0, "N",
-           "open streams per client address (IPv4 /32, IPv6 /64) across workers; 0: no limit (429 beyond)"),
-    Option("client-request-rate", parse_nonnegative_float, 0.0, "R",
-           "requests a second per client address to POST / and attachments; 0: off (429 beyond)"),
-    Option("client-request-burst", parse_nonnegative_float, None, "B",
-           "the per-client request bucket's size"),
-    Option("trusted-proxies", parse_networks, "", "CIDR[,CIDR...]",
-           "peers whose X-Forwarded-For or Forwarded: for= names the client"),
-)
+    @property
+    def flag(self) -> str:
+        return "--" + self.name
 
 
-def _setting(default: Any, parse: Parser) -> Any:
-    """A TOML table's key: its default, and the parser its value must pass (`_section`)."""
-    return field(default=default, metadata={"parse": parse})
+def option(default: Any, parse: Parser, metavar: str, help: str, **more: Any) -> Any:
+    """A `Config` field that is an option (no default of its own: `load` resolves it)."""
+    return field(metadata={"option": dict(default=default, parse=parse, metavar=metavar, help=help,
+                                          **more)})
+
+
+def _setting(default: Any, parse: Parser, help: str) -> Any:
+    """A TOML table's key: its default, the parser its value must pass (`_section`), its help."""
+    return field(default=default, metadata={"parse": parse, "help": help})
 
 
 @dataclass(frozen=True)
 class Lifecycle:
-    task_acceptance: str = _setting("queue", one_of(("queue", "none")))
-    max_queued_tasks: int = _setting(64, parse_nonnegative_int)
-    max_running_tasks: int = _setting(16, parse_positive_int)
-    conversation: str = _setting("stateless", one_of(("stateless", "threaded")))
-    max_task_reopens: int = _setting(3, parse_nonnegative_int)
+    task_acceptance: str = _setting("queue", one_of(("queue", "none")),
+                                    "queue, or none: streamed tasks are refused (the card says streaming: false)")
+    max_queued_tasks: int = _setting(64, parse_nonnegative_int,
+                                     "live tasks waiting beyond these are rejected: capsule is busy")
+    max_running_tasks: int = _setting(16, parse_positive_int,
+                                      "tasks the embedded capsule runs at once; the rest queue")
+    conversation: str = _setting("stateless", one_of(("stateless", "threaded")),
+                                 "stateless, or threaded: a context's tasks are one conversation")
+    max_task_reopens: int = _setting(3, parse_nonnegative_int,
+                                     "times a task may be reopened (a hook's reopen beyond it fails the task)")
 
 
 @dataclass(frozen=True)
 class Inference:
-    transport: str = _setting("http", one_of(("http", "process")))
-    max_turns: int = _setting(20, parse_nonnegative_int)
+    transport: str = _setting("http", one_of(("http", "process")), "the tool calls' transport "
+                              "(spec \"Transports\"): http or process")
+    max_turns: int = _setting(20, parse_nonnegative_int, "most turns one task may take")
 
 
 @dataclass(frozen=True)
@@ -133,43 +122,87 @@ class TokenRule:
     max_streams: int = 0  # open streams with this token across workers; 0: no limit
 
 
+RATE = "a rate above 0"
+
+
 @dataclass(frozen=True)
 class Config:
-    """Every resolved setting, built by `load`. A flag's default is its row in OPTIONS. A None
-    there is either off (no --upstream, no TLS) or a value found at start, by `load` (workers)
-    or where it is used (max-connections: gateway.capacity; listen-backlog:
-    `effective_listen_backlog`; client-request-burst: worker/limits.py; upstream-cacert:
-    gateway.tls), and DEFAULT_WORDS names it for --help. A TOML table's keys have their
-    defaults in Lifecycle and Inference."""
+    """Every resolved setting, built by `load`; each option field declares itself (`option`).
+    A None default is either off (no --upstream, no TLS) or found at start (`found`: resolved
+    by gateway/config_found.py). A TOML table's keys have their defaults in Lifecycle and
+    Inference."""
 
-    bind: tuple[str, int]
-    workers: int
-    metrics_bind: tuple[str, int] | None
-    heartbeat_interval: float
-    upstream: str | None
-    upstream_token: str | None
-    sim_load: float
-    sim_load_size: int
-    log_level: str
-    max_body_bytes: int
-    max_header_bytes: int
-    max_headers: int
-    max_json_depth: int
-    max_rpc_id_chars: int
-    max_connections: int | None  # None: from RLIMIT_NOFILE and memory (gateway.capacity)
-    listen_backlog: int | None  # None: net.core.somaxconn (see effective_listen_backlog)
-    header_timeout: float
-    body_timeout: float
-    worker_stall_timeout: float
-    certfile: str | None
-    keyfile: str | None
-    watch_page: bool
-    access_log: bool
-    upstream_cacert: str | None
-    max_streams_per_client: int
-    client_request_rate: float
-    client_request_burst: float | None  # None: 2 x client_request_rate
-    trusted_proxies: tuple[str, ...]
+    bind: tuple[str, int] = option(
+        "127.0.0.1:52222", parse_hostport, "HOST:PORT", "where clients connect; port 0 picks a free port",
+        show=hostport_text)
+    workers: int = option(
+        None, whole_number(1, MAX_WORKERS, " (the ring has control words for that many)"), "N",
+        f"worker processes, at most {MAX_WORKERS}", found="CPUs")
+    metrics_bind: tuple[str, int] | None = option(
+        "127.0.0.1:9464", parse_metrics_bind, "HOST:PORT", "the Prometheus /metrics endpoint, or 'off'",
+        show=hostport_text)
+    heartbeat_interval: float = option(15.0, parse_positive_seconds, "SECONDS", "heartbeat period")
+    upstream: str | None = option(None, parse_url, "URL", "front a real capsule at URL")
+    upstream_token: str | None = option(
+        None, parse_secret, "TOKEN", "bearer token presented upstream", needs=("upstream", ""),
+        secret=True)
+    sim_load: float = option(
+        0.0, parse_nonnegative_float, "RATE", "embedded capsule: text frames per second on a long-lived task",
+        excludes=("upstream", "it loads the embedded capsule"))
+    sim_load_size: int = option(
+        0, parse_nonnegative_int, "BYTES", "pad each load frame to BYTES", needs=("sim-load", RATE))
+    log_level: str = option("info", parse_log_level, "LEVEL", "debug, info, warning or error")
+    max_body_bytes: int = option(
+        1 << 20, parse_positive_int, "BYTES", "largest JSON-RPC request body accepted (413 beyond)")
+    max_header_bytes: int = option(
+        16384, parse_positive_int, "BYTES",
+        "largest request head: target plus header names and values (431 beyond)")
+    max_headers: int = option(100, parse_positive_int, "N", "most request header lines (431 beyond)")
+    max_json_depth: int = option(
+        32, whole_number(1, MAX_JSON_DEPTH), "LEVELS",
+        "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)")
+    max_rpc_id_chars: int = option(256, parse_positive_int, "CHARS", "longest JSON-RPC string id (-32600 beyond)")
+    max_connections: int | None = option(
+        None, parse_positive_int, "N",
+        "requests in progress per worker, open streams included (503 with Retry-After beyond)",
+        found="from RLIMIT_NOFILE and memory")
+    listen_backlog: int | None = option(
+        None, parse_positive_int, "N",
+        "accept queue of the listening socket: connections the kernel holds until a worker "
+        "accepts one (never more than net.core.somaxconn)", found="net.core.somaxconn")
+    header_timeout: float = option(
+        10.0, parse_positive_seconds, "SECONDS",
+        "a connection that has not sent a whole request head (slow headers, idle keep-alive) "
+        "is closed after this")
+    body_timeout: float = option(
+        30.0, parse_positive_seconds, "SECONDS", "a request body not received in full within this is answered 408")
+    worker_stall_timeout: float = option(
+        5.0, parse_nonnegative_seconds, "SECONDS",
+        "a worker whose event loop has not turned for this long of its own time (its waits "
+        "for a CPU not counted) is killed and replaced (0: never; a stopped worker, SIGSTOP, is left alone)")
+    certfile: str | None = option(
+        None, parse_text, "FILE", "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind")
+    keyfile: str | None = option(None, parse_text, "FILE", "PEM private key of --certfile")
+    watch_page: bool = option("on", parse_on_off, "on|off", "serve the live watch page at GET /watch")
+    access_log: bool = option(
+        "on", parse_on_off, "on|off", "one JSON line per request and per stream's end, on stderr")
+    upstream_cacert: str | None = option(
+        None, parse_text, "FILE",
+        "PEM CA certificates an https:// upstream must chain to (default: the system store)",
+        found="system store", needs=("upstream", ""))
+    max_streams_per_client: int = option(
+        0, parse_nonnegative_int, "N",
+        "open streams per client address (IPv4 /32, IPv6 /64) across workers; 0: no limit (429 beyond)",
+        reload=True)
+    client_request_rate: float = option(
+        0.0, parse_nonnegative_float, "R",
+        "requests a second per client address to POST / and attachments; 0: off (429 beyond)", reload=True)
+    client_request_burst: float | None = option(
+        None, parse_nonnegative_float, "B", "the per-client request bucket's size",
+        found="2 x --client-request-rate", reload=True, needs=("client-request-rate", RATE))
+    trusted_proxies: tuple[str, ...] = option(
+        "", parse_networks, "CIDR[,CIDR...]", "peers whose X-Forwarded-For or Forwarded: for= names the client",
+        reload=True)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -196,26 +229,26 @@ class Config:
         return cls(**data)
 
 
-DEFAULT_WORDS = {"workers": "CPUs", "listen-backlog": "net.core.somaxconn",
-                 "client-request-burst": "2 x --client-request-rate", "upstream-cacert": "system store",
-                 "max-connections": "from RLIMIT_NOFILE and memory"}  # defaults found at start
-SOMAXCONN_PATH = "/proc/sys/net/core/somaxconn"
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(f.name.replace("_", "-"), **f.metadata["option"])
+    for f in dataclasses.fields(Config) if "option" in f.metadata)
+# Where the worker's serving and the tests found them before gateway/config_found.py held them.
+somaxconn = config_found.somaxconn
+effective_listen_backlog = config_found.effective_listen_backlog
+BY_NAME = {opt.name: opt for opt in OPTIONS}
+SECTIONS = {"lifecycle": Lifecycle, "inference": Inference}  # TOML tables of plain settings
+KNOWN_ENV = {opt.env for opt in OPTIONS} | {ENV_PREFIX + "CONFIG"}
 
 
-def somaxconn() -> int:
-    """The kernel's cap on any listen backlog (Linux: net.core.somaxconn)."""
-    try:
-        with open(SOMAXCONN_PATH) as fh:
-            return max(1, int(fh.read().split()[0]))
-    except (OSError, ValueError, IndexError):
-        return socket.SOMAXCONN
+def _check_rules() -> None:
+    """Each `needs`/`excludes` names an option that exists (checked at import)."""
+    for opt in OPTIONS:
+        for rule in (opt.needs, opt.excludes):
+            if rule is not None and rule[0] not in BY_NAME:
+                raise AssertionError(f"--{opt.name} names --{rule[0]}, which is not an option")
 
 
-def effective_listen_backlog(configured: int | None) -> int:
-    """The accept queue a listen() gets: the configured value, or net.core.somaxconn when
-    none is, never more than net.core.somaxconn (the kernel would cap it silently)."""
-    limit = somaxconn()
-    return limit if configured is None else min(configured, limit)
+_check_rules()
 
 
 class _Arguments(argparse.ArgumentParser):
@@ -232,16 +265,26 @@ def argument_parser() -> argparse.ArgumentParser:
         description="Fan-out gateway for the murmur capsule streaming protocol.",
     )
     for opt in OPTIONS:
-        default = DEFAULT_WORDS.get(opt.name) if opt.default is None else opt.default
         parser.add_argument(
-            "--" + opt.name, dest=opt.attr, metavar=opt.metavar, default=None,
-            help=f"{opt.help} [env {opt.env}; default {default}]",
+            opt.flag, dest=opt.attr, metavar=opt.metavar, default=None,
+            help=f"{opt.help} [env {opt.env}; default {default_words(opt)}]",
         )
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML file: the options above by long name, plus [lifecycle], "
                              "[inference] and [network.authentication] [env MUR_GATEWAY_CONFIG]")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration (file, options, TLS files, tokens) without "
+                             "starting: 'configuration ok' and exit 0, or one line per problem and exit 2")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration as TOML that --config takes back, "
+                             "each value's origin and the values found at start as comments")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return parser
+
+
+def default_words(opt: Option) -> Any:
+    """An option's default as --help and the docs say it."""
+    return opt.found if opt.default is None and opt.found else opt.default
 
 
 TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides the options
@@ -370,38 +413,110 @@ def token_rules(data: dict) -> tuple[TokenRule, ...]:
     return tuple(rules)
 
 
-def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Resolve every setting; raises ConfigError naming the bad one. Reads the TOML file and
-    nothing else, so it can run again, on a reload, to validate the file before applying it."""
-    environ = os.environ if environ is None else environ
-    args = argument_parser().parse_args(argv)
-    path = args.config or environ.get("MUR_GATEWAY_CONFIG")
-    data = read_file(path) if path else {}
-    values: dict[str, Any] = {}
-    for opt in OPTIONS:
-        raw, origin = getattr(args, opt.attr), f"--{opt.name}"
-        if raw is None and opt.env in environ:
-            raw, origin = environ[opt.env], opt.env
-        if raw is None:
-            for key in (opt.name, opt.attr):
-                if key in data:
-                    raw, origin = data[key], f"config {key}"
-        if raw is None:
-            values[opt.attr] = None if opt.default is None else opt.parse(opt.default)
-            continue
-        try:
-            values[opt.attr] = opt.parse(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{origin}: {exc}") from None
-    problem = (tls.certificate_problem(values["certfile"], values["keyfile"])
-               or tls.upstream_cacert_problem(values["upstream_cacert"]))
-    if problem is not None:
-        raise ConfigError(problem)
-    if values["client_request_burst"] is not None and not values["client_request_rate"]:
-        raise ConfigError("--client-request-burst: takes effect only with --client-request-rate "
-                          "(a rate above 0), which is not set")
-    if values["workers"] is None:
-        values["workers"] = min(os.cpu_count() or 1, MAX_WORKERS)
-    return Config(**values, lifecycle=_section(data, "lifecycle", Lifecycle),
-                  inference=_section(data, "inference", Inference), tokens=token_rules(data))
+@dataclass
+class Resolution:
+    """What `resolve` made of a command line, the environment and the file: each option's
+    value and where it came from, or the problems (one line each, in the order a start meets
+    them: `load` raises the first, --check prints them all)."""
 
+    args: argparse.Namespace | None = None
+    path: str | None = None  # the --config file
+    values: dict[str, Any] = field(default_factory=dict)  # by Config field
+    origins: dict[str, tuple[str, str]] = field(default_factory=dict)  # (kind, words) by field
+    problems: list[str] = field(default_factory=list)
+    config: Config | None = None
+
+
+def _raw(opt: Option, args: argparse.Namespace, environ: Mapping[str, str], data: dict
+         ) -> tuple[Any, tuple[str, str]]:
+    """An option's text as written, and where: flag over environment over file; else None."""
+    given = getattr(args, opt.attr)
+    if given is not None:
+        return given, ("flag", opt.flag)
+    if opt.env in environ:
+        return environ[opt.env], ("environment", opt.env)
+    spelled = [key for key in dict.fromkeys((opt.name, opt.attr)) if key in data]
+    if len(spelled) == 2:
+        raise ConfigError(f"config {opt.attr}: the same setting as {opt.name}; write it once")
+    if spelled:
+        return data[spelled[0]], ("file", f"config {spelled[0]}")
+    return None, ("default", "default")
+
+
+def default_value(opt: Option) -> Any:
+    return None if opt.default is None else opt.parse(opt.default)
+
+
+def _rule_problems(values: dict[str, Any], origins: dict[str, tuple[str, str]]) -> list[str]:
+    """An option set away from its default that takes effect only with (`needs`) or without
+    (`excludes`) another: refused, rather than accepted and ignored."""
+    problems = []
+    for opt in OPTIONS:
+        if opt.attr not in values or values[opt.attr] == default_value(opt):
+            continue
+        for rule, when_set in ((opt.needs, False), (opt.excludes, True)):
+            if rule is None or BY_NAME[rule[0]].attr not in values:
+                continue
+            other, what = BY_NAME[rule[0]], f" ({rule[1]})" if rule[1] else ""
+            if bool(values[other.attr]) == when_set:
+                problems.append(f"{origins[opt.attr][1]}: takes effect only "
+                                f"{'without' if when_set else 'with'} {other.flag}{what}, "
+                                f"which is {'set' if when_set else 'not set'}")
+    return problems
+
+
+def _unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """MUR_GATEWAY_* variables no option reads: refused like an unknown key of the file."""
+    return [f"{name}: unknown setting; the environment takes {ENV_PREFIX} and an option's long "
+            "name in capitals, - as _ (mur-gateway --help)"
+            for name in sorted(environ) if name.startswith(ENV_PREFIX) and name not in KNOWN_ENV]
+
+
+def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Resolution:
+    """Every setting and its origin, or every problem found; reads the TOML file, the TLS
+    and CA files, and nothing else (no port, no process)."""
+    environ = os.environ if environ is None else environ
+    result = Resolution()
+    try:
+        result.args = argument_parser().parse_args(argv)
+        result.path = result.args.config or environ.get(ENV_PREFIX + "CONFIG")
+        data = read_file(result.path) if result.path else {}
+    except ConfigError as exc:
+        result.problems.append(str(exc))
+        return result
+    result.problems += _unknown_environment(environ)
+    values, origins = result.values, result.origins
+    for opt in OPTIONS:
+        try:
+            raw, origins[opt.attr] = _raw(opt, result.args, environ, data)
+            values[opt.attr] = default_value(opt) if raw is None else opt.parse(raw)
+        except ValueError as exc:
+            words = str(exc) if isinstance(exc, ConfigError) else f"{origins[opt.attr][1]}: {exc}"
+            result.problems.append(words)
+    if "certfile" in values and "keyfile" in values:
+        result.problems += filter(None, [tls.certificate_problem(values["certfile"], values["keyfile"])])
+    if "upstream_cacert" in values:
+        result.problems += filter(None, [tls.upstream_cacert_problem(values["upstream_cacert"])])
+    result.problems += _rule_problems(values, origins)
+    if "workers" in values and values["workers"] is None:
+        values["workers"] = config_found.default_workers()
+    tables: dict[str, Any] = {}
+    for name in (*SECTIONS, "tokens"):
+        try:
+            tables[name] = token_rules(data) if name == "tokens" else _section(data, name, SECTIONS[name])
+        except ConfigError as exc:
+            result.problems.append(str(exc))
+        origins[name] = ("file", f"config [{name}]") if name in data or (
+            name == "tokens" and "network" in data) else ("default", "default")
+    if not result.problems:
+        result.config = Config(**values, **tables)
+    return result
+
+
+def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Resolve every setting; raises ConfigError naming the first bad one. Reads the TOML file
+    and nothing else, so it can run again, on a reload, to validate the file before applying it."""
+    result = resolve(argv, environ)
+    if result.config is None:
+        raise ConfigError(result.problems[0])
+    return result.config

@@ -1,6 +1,6 @@
 """SIGHUP: what a reload of --config may change while the gateway runs, and what it may not.
 
-Reloadable (`RELOADABLE`): the tokens (their scopes and `max_streams`), the per-client limits
+Reloadable (`RELOADABLE`, an option's `reload` in gateway/config.py): the tokens (their scopes and `max_streams`), the per-client limits
 and the trusted proxies. The supervisor re-reads the file exactly as at start
 (`config.load`, same command line and environment), so a file that does not parse or
 validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
@@ -19,9 +19,8 @@ import dataclasses
 from gateway import config as config_module
 from gateway.config import Config
 
-RELOADABLE = ("tokens", "max_streams_per_client", "client_request_rate", "client_request_burst",
-              "trusted_proxies")
-SECTIONS = ("lifecycle", "inference")  # TOML tables, named as [table]
+RELOADABLE = ("tokens",) + tuple(opt.attr for opt in config_module.OPTIONS if opt.reload)
+SECTIONS = tuple(config_module.SECTIONS)  # TOML tables, named as [table]
 
 
 def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[str]]:

@@ -51,8 +51,8 @@ from typing import Callable
 
 from gateway import procstat
 from gateway.board import Board
+from gateway.tuning import PULSE_SECONDS
 
-PULSE_SECONDS = 0.25
 STARTUP_SECONDS = 30.0
 STOPPED_STATES = ("T", "t")
 TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"

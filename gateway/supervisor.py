@@ -30,16 +30,16 @@ import time
 from multiprocessing.connection import wait
 
 from gateway import config as config_module
-from gateway import banner, board, capacity, config_reload, control, exporter, lifeline, logs
+from gateway import banner, board, capacity, config_found, config_reload, control, exporter, lifeline, logs
 from gateway import metrics, proctitle, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
+from gateway.tuning import NOTSENT_LOWAT_BYTES
 from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-NOTSENT_LOWAT_BYTES = 16 * 1024
 DRAIN_SECONDS = 3.0
 METRICS_BACKLOG = 64
 RELOAD_TIMEOUT = 5.0
@@ -93,21 +93,20 @@ class Supervisor:
         # What a SIGHUP reload re-reads (`argv`) and compares against (`loaded`: the settings
         # as loaded, before the capacity and backlog defaults below are resolved).
         self.loaded, self.argv, self.reload_asked = config, argv, False
-        # Resolved once here, so the workers' own listen() on the shared socket (hypercorn
-        # calls it again with hc.backlog) asks for the same queue.
-        backlog = config_module.effective_listen_backlog(config.listen_backlog)
-        if config.listen_backlog is not None and backlog < config.listen_backlog:
-            self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
-                             configured=config.listen_backlog, backlog=backlog)
         soft_before, self.descriptors = capacity.raise_nofile()  # before any child: they inherit it
         if soft_before != self.descriptors:
             self.log.info("descriptor limit raised", soft_before=soft_before, soft=self.descriptors,
                           hard=self.descriptors)
-        self.capacity_bound = "--max-connections"
-        if config.max_connections is None:
-            limit, self.capacity_bound = capacity.default_max_connections(config.workers)
-            config = dataclasses.replace(config, max_connections=limit)
-        config = dataclasses.replace(config, listen_backlog=backlog)
+        # Resolved once here, so the workers' own listen() on the shared socket (hypercorn
+        # calls it again with hc.backlog) asks for the same queue.
+        found = config_found.at_start(config.workers, config.max_connections, config.listen_backlog,
+                                      self.descriptors)
+        if found.backlog_capped:
+            self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
+                             configured=config.listen_backlog, backlog=found.listen_backlog)
+        self.capacity_bound = found.capacity_bound
+        config = dataclasses.replace(config, max_connections=found.max_connections,
+                                     listen_backlog=found.listen_backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         self.listener = listening_socket(*config.bind, config.listen_backlog)

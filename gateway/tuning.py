@@ -1,8 +1,11 @@
-"""The worker's tuning: numbers measured for speed or latency, not set by an operator.
+"""The gateway's tuning: numbers measured for speed, latency or memory, not set by an operator.
 
 None of these is a flag or a TOML key (those are `Config`'s, gateway/config.py): each trades
-one cost against another inside a worker, and each was chosen by a run in loadtest/RESULTS.md.
-They live together so that a change of one is seen beside the others it plays against.
+one cost against another inside a process, and each stands beside the run that chose it
+(loadtest/RESULTS.md), or says it is a bound chosen without one. They live together, each
+under one name its users import, so that a change of one is seen beside the others it plays
+against; the relations between them are checked at the end, at import, as gateway/board.py
+checks the ring's.
 """
 
 # Adaptive write coalescing (gateway/worker/coalesce.py): when the hub's pass over its open
@@ -34,6 +37,23 @@ PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams
 # Catch-up (gateway/worker/catchup.py): the most one run writes for before the loop turns,
 # in the thread's CPU time (a worker preempted on a shared core keeps its budget).
 TURN_BUDGET_SECONDS = 0.005
+
+# The window (gateway/worker/window.py) and the writes it makes. A write carries at most a
+# piece, so a replay of the whole 512-event buffer (~350 KB at ~300 B an event, RESULTS.md
+# "under load", item 6) is a few writes, each made when the one before has left, never one
+# join of the whole buffer per new watcher (the heap's high-water mark). The joins a watcher
+# shares cost it 364 B live under load (RESULTS.md, memparts); the two caps bound them, and
+# were chosen, not measured: most watchers send one request id, so a few prefixes cover them.
+PIECE_BYTES = 64 * 1024  # the most one write carries, replay or catch-up (one event at least)
+MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
+MAX_CACHED_JOINS = 4  # request prefixes an entry keeps joined
+# What a delivery costs, fitted at 1,000 watchers x 100 events/s (RESULTS.md run 7, 10:40):
+# about 0.6 us an event plus 4.2 us a write; events there were ~300 B. A piece's write is then
+# ~135 us, which a turn's budget must hold many times over (checked below).
+DELIVERY_SECONDS_PER_EVENT = 0.6e-6
+DELIVERY_SECONDS_PER_WRITE = 4.2e-6
+MEASURED_EVENT_BYTES = 300
+PIECES_PER_TURN_AT_LEAST = 8  # a budget that holds fewer would turn the loop for every piece
 # Heartbeats (gateway/worker/heartbeats.py): the one timer fires at most once a tick.
 HEARTBEAT_TICK_SECONDS = 0.01
 
@@ -48,3 +68,67 @@ OPENINGS_PER_TURN = 16
 
 # A worker hands glibc's free heap back every this many seconds (gateway/worker/malloc_trim.py).
 HEAP_TRIM_SECONDS = 5.0
+
+# The cyclic garbage collector (gateway/worker/collector.py, whose docstring has the whole
+# account). In a 10,000-watcher storm (RESULTS.md) the default thresholds (700, 10, 10) set off
+# ten full collections in two minutes, each freeing nothing and holding the loop still 0.3 to
+# 5 s. With these, a full collection may come only after 1,000 x 10 x 500 = 5 million net
+# allocations: a 50,000 storm on 3 workers makes about 1.7 million a worker and sets off none.
+# Young collections stay about the default's size (at most 10,000 objects in the middle
+# generation): with 5,000 allocations between them, a 50,000 storm's middle collections held a
+# worker sharing its core for up to 3 s each.
+YOUNG_ALLOCATIONS = 1_000  # net allocations between two generation-0 collections (default 700)
+MIDDLE_AFTER = 10  # generation-0 collections before a generation-1 one (the default)
+FULL_AFTER = 500  # generation-1 collections before a full one may run (default 10)
+STORM_ALLOCATIONS_PER_WORKER = 1_700_000  # the 50,000-watcher storm's, measured above
+MIDDLE_GENERATION_MOST = 10_000  # young collections this small stayed short in that storm
+
+# The listening socket's TCP_NOTSENT_LOWAT (gateway/supervisor.py): a stalled reader falls
+# behind, and lags, after about this much unsent, not after megabytes of kernel buffer (the
+# plan of 64 KiB a watcher in gateway/capacity.py counts it). On a carried stream tried as a
+# CPU saving it changed nothing (2.70 against 2.64 us a delivery, RESULTS.md run 7).
+NOTSENT_LOWAT_BYTES = 16 * 1024
+
+# The stall watchdog's pulse (gateway/stall.py): each worker's loop bumps its beat word this
+# often, and the supervisor looks at its children as often; loop_stall_seconds counts how late
+# it ran. A bound chosen, not measured: fine enough for the storms' ≤ 250 ms target
+# (RESULTS.md), coarse enough to cost nothing (four timer callbacks a second).
+PULSE_SECONDS = 0.25
+
+# Probes (/healthz, /readyz) a worker answers at once (gateway/worker/door/admission.py):
+# each is answered at once, so more in flight on one worker is a flood of clients that
+# pipeline probes and never read; a bound chosen, not measured.
+PROBES_IN_FLIGHT = 16
+
+# How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
+# per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
+# streams end within one interval (README, "Reload by SIGHUP"); a bound chosen, not measured.
+CHECKS_PER_HEARTBEAT = 4
+
+
+def _broken() -> list[str]:
+    """The relations between these numbers that do not hold (none, or the import stops)."""
+    piece_seconds = (PIECE_BYTES / MEASURED_EVENT_BYTES * DELIVERY_SECONDS_PER_EVENT
+                     + DELIVERY_SECONDS_PER_WRITE)
+    relations = [
+        (piece_seconds * PIECES_PER_TURN_AT_LEAST <= TURN_BUDGET_SECONDS,
+         f"a turn's budget ({TURN_BUDGET_SECONDS} s) must hold {PIECES_PER_TURN_AT_LEAST} pieces of "
+         f"PIECE_BYTES ({PIECE_BYTES}: ~{piece_seconds * 1e6:.0f} us each at the measured cost)"),
+        (COALESCE_MAX_SECONDS < POLL_SECONDS,
+         "the coalescing cap must be below the slow poll, which would otherwise cut its waits short"),
+        (max(HEARTBEAT_TICK_SECONDS, TURN_BUDGET_SECONDS, POLL_SECONDS) < PULSE_SECONDS,
+         "the heartbeat tick, a turn's budget and the slow poll must each fit in a stall pulse"),
+        (OPENINGS_PER_TURN <= ACCEPT_BURST,
+         "OPENINGS_PER_TURN above ACCEPT_BURST would never hold a burst's openings back"),
+        (YOUNG_ALLOCATIONS * MIDDLE_AFTER * FULL_AFTER > STORM_ALLOCATIONS_PER_WORKER,
+         "a full collection must not come within a measured storm's allocations"),
+        (YOUNG_ALLOCATIONS * MIDDLE_AFTER <= MIDDLE_GENERATION_MOST,
+         "young collections must stay as short as the storm measured them"),
+        (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, CHECKS_PER_HEARTBEAT) >= 1,
+         "every cap and count must be at least 1"),
+    ]
+    return [why for holds, why in relations if not holds]
+
+
+if _broken():  # an import-time check that survives python -O
+    raise AssertionError("gateway/tuning.py: " + "; ".join(_broken()))

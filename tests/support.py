@@ -157,6 +157,41 @@ def _read_addresses(proc: subprocess.Popen, metrics: bool) -> tuple[int, int | N
     return port, metrics_port
 
 
+def start_refusal(*argv: str, env: dict | None = None) -> str:
+    """`python -m gateway ARGV`, which must stop at start: exit 2 and one line on stderr, the
+    line returned without its `mur-gateway: ` prefix."""
+    result = subprocess.run([sys.executable, "-m", "gateway", *argv, "--metrics-bind", "off"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30,
+                            env={**os.environ, **(env or {})})
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mur-gateway: "), result.stderr
+    return lines[0][len("mur-gateway: "):]
+
+
+# `mur-gateway` whose audit hook stops it at any bind or new process (sys.addaudithook): what
+# --check and --print-config answer, from a process that can have bound nothing, started nothing.
+BIND_NOTHING_START_NOTHING = """
+import sys
+FORBIDDEN = ("socket.bind", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
+             "os.system", "subprocess.Popen")
+def refuse(event, args):
+    if event in FORBIDDEN:
+        raise SystemExit(f"forbidden: {event} {args!r}")
+sys.addaudithook(refuse)
+from gateway.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def judged(*argv: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`mur-gateway ARGV` (with --check or --print-config) under BIND_NOTHING_START_NOTHING."""
+    return subprocess.run([sys.executable, "-c", BIND_NOTHING_START_NOTHING, *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30, input=stdin,
+                          env={**os.environ, **(env or {})})
+
+
 def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; that value, or AssertionError."""
     deadline = time.monotonic() + timeout

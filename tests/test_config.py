@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
 
 from gateway import config
-from support import ROOT
+from support import ROOT, judged, start_refusal as refusal
 
 
 def test_defaults_are_the_interfaces():
@@ -44,7 +45,7 @@ def test_config_round_trips_to_child_processes(tmp_path):
     assert config.Config.from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("argv, env, toml, names", [
+BAD_VALUES = [  # (command line, environment, a file or None, what the refusal names)
     (["--workers", "0"], {}, None, "--workers"),
     (["--bind", "nowhere"], {}, None, "--bind"),
     (["--heartbeat-interval", "-1"], {}, None, "--heartbeat-interval"),
@@ -55,7 +56,10 @@ def test_config_round_trips_to_child_processes(tmp_path):
     ([], {}, "bogus = 1\n", "bogus"),
     ([], {}, "this is = not toml = \n", "not valid TOML"),
     ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\n", "sha256"),
-])
+]
+
+
+@pytest.mark.parametrize("argv, env, toml, names", BAD_VALUES)
 def test_bad_values_are_refused_naming_the_setting(tmp_path, argv, env, toml, names):
     if toml is not None:
         path = tmp_path / "gw.toml"
@@ -64,19 +68,6 @@ def test_bad_values_are_refused_naming_the_setting(tmp_path, argv, env, toml, na
     with pytest.raises(config.ConfigError) as refused:
         config.load(argv, environ=env)
     assert names in str(refused.value)
-
-
-def refusal(*argv: str, env: dict | None = None) -> str:
-    """`python -m gateway ARGV`, which must stop at start: exit 2 and one line on stderr, the
-    line returned without its `mur-gateway: ` prefix."""
-    result = subprocess.run([sys.executable, "-m", "gateway", *argv, "--metrics-bind", "off"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30,
-                            env={**os.environ, **(env or {})})
-    assert result.returncode == 2, result.stderr
-    assert result.stdout == ""
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mur-gateway: "), result.stderr
-    return lines[0][len("mur-gateway: "):]
 
 
 def test_cli_refuses_at_start_with_one_line(tmp_path):
@@ -119,7 +110,7 @@ DIGEST = hashlib.sha256(b"ops-token").hexdigest()
 TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
 
 
-@pytest.mark.parametrize("toml, line", [
+STRICT_FILES = [  # (a file, the one line that refuses it)
     (f"[[network.authentication.token]]\n{TOKEN}",
      "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens"),
     (f"[[network.authenticaton.tokens]]\n{TOKEN}",
@@ -166,7 +157,10 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
     ("workers = true\n", "config workers: true is not a whole number; it accepts 1 to {MAX_WORKERS}"),
     ("upstream-token = 12345\n", "config upstream-token: the value is not text; write it in "
                                  "quotes (not shown: it is a credential)"),
-])
+]
+
+
+@pytest.mark.parametrize("toml, line", STRICT_FILES)
 def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
     """A typo must never pass in silence: in [network.authentication] it would open the door."""
     from gateway.board import MAX_WORKERS
@@ -176,12 +170,15 @@ def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, t
     assert refusal("--config", str(path)) == line.format(MAX_WORKERS=MAX_WORKERS)
 
 
-@pytest.mark.parametrize("content, problem", [
+UNREADABLE_FILES = [  # (a file's bytes, how its one line begins after the path)
     ('[lifecycle]\nconversation = "stateless" # caf\u00e9\n'.encode("latin-1"),
      "not UTF-8 text (byte 0xe9 at offset 44); a TOML file is UTF-8"),
     (b"a = " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "not valid TOML: nested too deeply"),
     (b"this is = not toml\n", "not valid TOML: "),  # then tomllib's words, which vary by version
-])
+]
+
+
+@pytest.mark.parametrize("content, problem", UNREADABLE_FILES)
 def test_a_file_that_cannot_be_read_as_toml_is_one_line(tmp_path, content, problem):
     path = tmp_path / "gw.toml"
     path.write_bytes(content)
@@ -236,3 +233,64 @@ def test_every_option_default_is_written_once():
     for opt in config.OPTIONS:
         assert opt.attr in fields, opt.name
         assert fields[opt.attr].default is dataclasses.MISSING, opt.name
+
+
+@pytest.fixture
+def listener():
+    """A port already listening: --check must leave it alone (it binds nothing)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield sock
+        with socket.create_connection(sock.getsockname(), timeout=5):
+            accepted, _ = sock.accept()  # still the only listener there, and working
+            accepted.close()
+
+
+def checked(path, listener, *argv: str) -> list[str]:
+    """`mur-gateway --check` of the file at `path` on `listener`'s port, in a process that binds
+    nothing and starts nothing: exit 2, nothing on stdout, its stderr lines without the prefix."""
+    port = listener.getsockname()[1]
+    result = judged("--check", "--config", str(path), "--bind", f"127.0.0.1:{port}", *argv)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("mur-gateway: ") for line in lines), result.stderr
+    return [line[len("mur-gateway: "):] for line in lines]
+
+
+@pytest.mark.parametrize("argv, env, toml, names", [case for case in BAD_VALUES if case[2] is not None])
+def test_check_refuses_each_bad_value_of_a_file(tmp_path, listener, argv, env, toml, names):
+    path = tmp_path / "gw.toml"
+    path.write_text(toml)
+    [line] = checked(path, listener, *argv)
+    assert names in line
+
+
+@pytest.mark.parametrize("toml, line", STRICT_FILES)
+def test_check_refuses_each_strict_file_in_the_start_s_words(tmp_path, listener, toml, line):
+    from gateway.board import MAX_WORKERS
+
+    path = tmp_path / "gw.toml"
+    path.write_text(toml)
+    assert checked(path, listener) == [line.format(MAX_WORKERS=MAX_WORKERS)]
+
+
+@pytest.mark.parametrize("content, problem", UNREADABLE_FILES)
+def test_check_refuses_each_unreadable_file_in_the_start_s_words(tmp_path, listener, content, problem):
+    path = tmp_path / "gw.toml"
+    path.write_bytes(content)
+    [line] = checked(path, listener)
+    assert line.startswith(f"--config {path}: {problem}")
+
+
+def test_check_says_every_problem_one_line_each(tmp_path, listener):
+    from gateway.board import MAX_WORKERS
+
+    path = tmp_path / "gw.toml"
+    path.write_text('heartbeat-interval = "zero"\n[inference]\nmax_turns = 2.5\n')
+    assert checked(path, listener, "--workers", "0", "--sim-load-size", "8") == [
+        f"--workers: '0' is out of range; it accepts 1 to {MAX_WORKERS}",
+        "config heartbeat-interval: 'zero' is not a number of seconds; it accepts more than 0",
+        "--sim-load-size: takes effect only with --sim-load (a rate above 0), which is not set",
+        "config [inference] max_turns: 2.5 is not a whole number; it accepts 0 or more",
+    ]

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import gc
 
-YOUNG_ALLOCATIONS = 1_000  # net allocations between two generation-0 collections (default 700)
-MIDDLE_AFTER = 10  # generation-0 collections before a generation-1 one (the default)
-FULL_AFTER = 500  # generation-1 collections before a full one may run (default 10)
+from gateway.tuning import FULL_AFTER, MIDDLE_AFTER, YOUNG_ALLOCATIONS
 
 
 def tune() -> None:

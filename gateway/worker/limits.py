@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gateway.config import Config, TokenRule
+from gateway.config_found import request_burst
 from gateway.control import ControlClient, Op
 from gateway.worker.client_address import client_key, client_of
 from gateway.worker.door.asgi_http import RETRY_AFTER
@@ -45,7 +46,7 @@ class ClientLimits:
     def apply(self, config: Config) -> None:
         self.max_streams = config.max_streams_per_client
         self.rate = config.client_request_rate
-        self.burst = 2 * self.rate if config.client_request_burst is None else config.client_request_burst
+        self.burst = request_burst(self.rate, config.client_request_burst)
         self.trusted = config.trusted_proxies
 
     def client(self, scope: dict) -> str:

@@ -1,10 +1,10 @@
-"""Stream openings at the pace the loop can carry: at most PER_TURN a turn of the event loop.
+"""Stream openings at the pace the loop can carry: at most OPENINGS_PER_TURN a turn of the event loop.
 
 In a reconnect storm a worker accepts up to ACCEPT_BURST connections a readable event
 (hypercorn/accept.py), and their requests arrive together, so dozens of openings would run
 their stream's set-up (the replay plan, the stream, its response head) in one turn of the loop:
 in a 10,000-watcher storm the request path was a third of the worker's CPU (py-spy,
-loadtest/RESULTS.md), two thirds of it past this point. The gate lets PER_TURN through a turn;
+loadtest/RESULTS.md), two thirds of it past this point. The gate lets OPENINGS_PER_TURN through a turn;
 the rest wait in arrival order, and the loop runs its timers (heartbeats, the stall pulse),
 its I/O and the catch-up queue between. A storm's openings are delayed, never refused here
 (the per-worker limit still answers 503 at --max-connections); a lone opening passes at once.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from gateway.tuning import OPENINGS_PER_TURN as PER_TURN
+from gateway.tuning import OPENINGS_PER_TURN
 
 
 class OpeningPace:
@@ -28,7 +28,7 @@ class OpeningPace:
 
     async def admit(self) -> None:
         """Return when this opening may go on: now, or on a later turn, in arrival order."""
-        if self._waiting or self._admitted >= PER_TURN:
+        if self._waiting or self._admitted >= OPENINGS_PER_TURN:
             waiter = asyncio.get_running_loop().create_future()
             self._waiting.append(waiter)
             self._count_turns()
@@ -42,10 +42,10 @@ class OpeningPace:
             self._next_turn = asyncio.get_running_loop().call_soon(self._turn)
 
     def _turn(self) -> None:
-        """A new turn: the next PER_TURN waiting go on (their tasks run on the turn after)."""
+        """A new turn: the next OPENINGS_PER_TURN waiting go on (their tasks run on the turn after)."""
         self._next_turn = None
         self._admitted = 0
-        while self._waiting and self._admitted < PER_TURN:
+        while self._waiting and self._admitted < OPENINGS_PER_TURN:
             waiter = self._waiting.popleft()
             if not waiter.done():
                 waiter.set_result(None)

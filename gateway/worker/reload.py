@@ -18,8 +18,7 @@ import asyncio
 from gateway import logs
 from gateway.config import Config
 from gateway.control import Op
-
-CHECKS_PER_HEARTBEAT = 4
+from gateway.tuning import CHECKS_PER_HEARTBEAT
 
 log = logs.get("worker")
 

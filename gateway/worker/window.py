@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from gateway import records
 from gateway.protocol import sse
-
-MAX_CACHED_JOINS = 4  # request prefixes an entry keeps joined
-MAX_BATCHES = 256  # joined batches kept per head (distinct cursor x request id)
-PIECE_BYTES = 64 * 1024  # the most one write carries, replay or catch-up (one event at least)
+from gateway.tuning import MAX_BATCHES, MAX_CACHED_JOINS, PIECE_BYTES
 
 
 class Entry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gateway.config import Config
 from gateway.metrics import Counters
+from gateway.tuning import PROBES_IN_FLIGHT
 from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
@@ -18,7 +19,6 @@ from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 # places. Each is answered at once, so more than a few in flight on one worker is a flood
 # (clients that pipeline probes and never read the answers), bounded on its own.
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
-PROBES_IN_FLIGHT = 16
 NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
 
 

@@ -1,0 +1,57 @@
+"""`mur-gateway --check` and `--print-config`: the configuration judged without starting.
+
+`--check` validates everything a start validates (the file, every option and value, the TLS
+pair, the upstream's URL and CA file, the token table: `config.resolve`) and binds no port
+and starts no process, so an operator can run it from `ExecReload` or an init container
+before the real reload. It adds one thing a start does not refuse: a certificate past its
+notAfter, which every client would refuse. Each problem is one line, as the start prints it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from gateway import tls
+from gateway.config import Resolution
+
+DAY = 86400
+
+
+def expiry_words(certfile: str, now: float) -> str:
+    """When the certificate expires and the days left, in words."""
+    expires = tls.not_after(certfile)
+    if expires is None:
+        return "its expiry cannot be read"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+    left = (expires - now) / DAY
+    return f"expires {when} ({left:.0f} days left)" if left > 0 else f"expired {when}"
+
+
+def problems(resolution: Resolution, now: float) -> list[str]:
+    """Every problem a start would meet first, then an expired certificate."""
+    config = resolution.config
+    if config is None:
+        return resolution.problems
+    if tls.enabled(config.certfile, config.keyfile):
+        expires = tls.not_after(config.certfile)
+        if expires is not None and expires <= now:
+            return [f"--certfile {config.certfile}: the certificate {expiry_words(config.certfile, now)}; "
+                    "clients refuse it"]
+    return []
+
+
+def run(resolution: Resolution) -> int:
+    """--check or --print-config: print, and answer the exit status (0, or 2 with problems)."""
+    found = problems(resolution, time.time())
+    for line in found:
+        print("mur-gateway: " + " ".join(line.splitlines()), file=sys.stderr)
+    if found:
+        return 2
+    if resolution.args.print_config:
+        from gateway.config_print import print_config
+
+        sys.stdout.write(print_config(resolution))
+    else:
+        print("configuration ok")
+    return 0
