@@ -530,6 +530,20 @@ def describe(event: SSEEvent) -> str:
     return it.kind
 
 
+# A task whose events come every 0.1 s for about two seconds (`/scenario slow`), against the
+# test heartbeat of 0.3 s: heartbeats kept at open + k x interval fall between its events,
+# where a cadence reset by each event would write none until 0.3 s after the last. A worker
+# the box runs late delays events and heartbeats alike, so only one held back for most of
+# those two seconds could push every heartbeat past the task's end.
+CADENCE_TURNS = 20
+
+
+def heartbeats_among_events(order: list[str]) -> int:
+    """The heartbeats ("hb") read before the last task event ("event") of `order`."""
+    last = len(order) - 1 - order[::-1].index("event")
+    return order[:last].count("hb")
+
+
 def is_terminal_event(event: SSEEvent) -> bool:
     it = item(event)
     return it.kind == "statusUpdate" and it.body["status"]["state"] in (
