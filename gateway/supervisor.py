@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 
 from gateway import config as config_module
 from gateway import banner, board, capacity, config_found, config_reload, control, exporter, lifeline, logs
-from gateway import metrics, proctitle, sequencer, stall, tls
+from gateway import metrics, proctitle, restarts, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
 from gateway.tuning import NOTSENT_LOWAT_BYTES
@@ -135,6 +135,8 @@ class Supervisor:
         self.sequencer: multiprocessing.Process | None = None
         self.exporter: multiprocessing.Process | None = None
         self.restarts = 0
+        # each worker slot's restart policy, then the exporter's (restarts.py)
+        self.backoffs = [restarts.Backoff() for _ in range(config.workers + 1)]
         self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
         self.stopping = False
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
@@ -154,11 +156,14 @@ class Supervisor:
         self.workers[index] = self._child(
             f"worker {index}", worker_process.main, self.config_dict, index, self.listener,
             self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
-        self.stalls.started(index, self.workers[index].pid, time.monotonic())
+        now = time.monotonic()
+        self.backoffs[index].started_at(now)
+        self.stalls.started(index, self.workers[index].pid, now)
 
     def _start_exporter(self) -> None:
         self.exporter = self._child("exporter", exporter.main, self.metrics_listener,
                                     self.ring.handle, self.blocks.handle)
+        self.backoffs[-1].started_at(time.monotonic())
 
     def start(self) -> None:
         if not self.stalls.counts_waits:
@@ -199,10 +204,11 @@ class Supervisor:
     def watch(self) -> int:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
-            # Every dead child found below is replaced (a new sentinel) or ends the loop, so
-            # no sentinel in this list stays ready from one turn to the next.
+            # Every dead child found below leaves this list (its slot waits for its restart,
+            # restarts.py) or ends the loop, so no sentinel in it stays ready from one turn to
+            # the next.
             procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
-            ready = wait([p.sentinel for p in procs] + [self._signal_r], timeout=WATCH_SECONDS)
+            ready = wait([p.sentinel for p in procs] + [self._signal_r], timeout=self._next_look())
             if self._signal_r in ready:
                 self._drain_signal_pipe()
             if self.stopping:
@@ -214,15 +220,25 @@ class Supervisor:
                                exitcode=self.sequencer.exitcode)
                 return 1
             self._kill_stuck_workers()
+            now = time.monotonic()
             for index, proc in enumerate(self.workers):
                 if proc is not None and not proc.is_alive():
-                    self._replacing("worker", proc, "worker_restarts", worker=index)
+                    self._replacing("worker", proc, "worker_restarts", self.backoffs[index], now, worker=index)
                     metrics.retire_worker(self.blocks, index)
+                    self.workers[index] = None
+                if self.workers[index] is None and self.backoffs[index].is_due(now):
                     self._start_worker(index)
             if self.exporter is not None and not self.exporter.is_alive():
-                self._replacing("exporter", self.exporter, "exporter_restarts")
+                self._replacing("exporter", self.exporter, "exporter_restarts", self.backoffs[-1], now)
+                self.exporter = None
+            if self.exporter is None and self.backoffs[-1].is_due(now):
                 self._start_exporter()
         return 0
+
+    def _next_look(self) -> float:
+        """How long the watch loop may wait: its period, or less when a restart falls due sooner."""
+        dues = [b.due for b in self.backoffs if b.due is not None]
+        return max(0.0, min([WATCH_SECONDS, *(due - time.monotonic() for due in dues)]))
 
     def _drain_signal_pipe(self) -> None:
         """Empty the wake-up pipe, which would otherwise stay readable (and wait() return at
@@ -233,12 +249,14 @@ class Supervisor:
         except BlockingIOError:
             pass
 
-    def _replacing(self, role: str, dead: multiprocessing.Process, counter: str, **fields) -> None:
-        """Log and count a dead child that is about to be replaced."""
+    def _replacing(self, role: str, dead: multiprocessing.Process, counter: str, backoff: restarts.Backoff,
+                   now: float, **fields) -> None:
+        """Log and count a dead child, and set when its replacement starts (restarts.py)."""
+        delay = backoff.died_at(now)
         self.restarts += 1
         self.counters.add(counter)
         self.log.warning(f"{role} died; replacing it", exitcode=dead.exitcode, restarts=self.restarts,
-                         **{f"{role}_pid": dead.pid}, **fields)
+                         delay_s=delay, **{f"{role}_pid": dead.pid}, **fields)
 
     def on_hup(self, signum, frame) -> None:
         self.reload_asked = True

@@ -97,11 +97,12 @@ class GatewayOptions:
 def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, metrics: bool = False,
                     tmp_path=None, env: dict | None = None,
                     nofile: tuple[int, int] | None = None,
-                    tls: ssl.SSLContext | None = None, ready: bool = True) -> Iterator[Gateway]:
+                    tls: ssl.SSLContext | None = None, ready: bool | None = True) -> Iterator[Gateway]:
     """A gateway on 127.0.0.1:0 with `args`; always stopped, and its children killed, at exit.
     `nofile`: the (soft, hard) RLIMIT_NOFILE it starts under; `tls`: the client context that
     verifies a gateway started with --certfile/--keyfile; `ready`: wait for /readyz (else only
-    for /healthz: one whose upstream is out of reach serves, never ready)."""
+    for /healthz: one whose upstream is out of reach serves, never ready; None: for neither,
+    only its address: one whose workers cannot serve)."""
     stderr_dir = str(tmp_path) if tmp_path else tempfile.mkdtemp(prefix="murgw-test-")
     stderr_path = os.path.join(stderr_dir, f"gateway-{time.monotonic_ns()}.err")
     cmd = [sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", str(workers),
@@ -117,7 +118,8 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
     try:
         port, metrics_port = _read_addresses(proc, metrics)
         gateway = Gateway(proc, port, metrics_port, stderr_path)
-        wait_ready(port, tls=tls, path="/readyz" if ready else "/healthz")
+        if ready is not None:
+            wait_ready(port, tls=tls, path="/readyz" if ready else "/healthz")
         children = gateway.children()
         yield gateway
     finally:

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from gateway.capacity import FD_RESERVE
+from gateway.worker.process import TEST_EXIT_ENV
 from support import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
 from tls_support import Certificates
 
@@ -135,3 +136,28 @@ def test_the_banner_says_what_the_gateway_is(tmp_path):
             assert (seen["door"], seen["tls"], seen["metrics"]) == ("2 tokens", "on", "off")
             line = next(line for line in b.stderr().splitlines() if '"event":"listening"' in line)
             assert "s3cr3t" not in line
+
+
+def test_a_worker_that_dies_at_start_is_restarted_after_a_growing_wait(tmp_path):
+    """A child that dies within a second of its start is restarted after 0.25 s, then 0.5,
+    1, 2 ... (gateway/restarts.py): each death logged with its wait and counted, and the
+    supervisor idle between restarts, not respawning every watch turn."""
+    with running_gateway(workers=1, metrics=True, ready=None, tmp_path=tmp_path,
+                         env={TEST_EXIT_ENV: "1"}) as gw:
+        def deaths():
+            return [r for r in gw.logs() if r.get("event") == "worker died; replacing it"]
+        wait_for(lambda: len(deaths()) >= 4, timeout=30, what="four deaths of the worker")
+        before, started = cpu_ticks(gw.pid), time.monotonic()
+        time.sleep(IDLE_WINDOW)  # the window measured (inside the 2 s and 4 s waits), not a wait for a condition
+        used = (cpu_ticks(gw.pid) - before) / os.sysconf("SC_CLK_TCK")
+        window = time.monotonic() - started
+        died = deaths()
+        assert scrape(gw.metrics_port)["murgw_worker_restarts_total"] == len(deaths()) >= len(died)
+    waits = [r["delay_s"] for r in died]
+    assert waits[:4] == [0.25, 0.5, 1.0, 2.0], waits
+    # a restart never comes before its wait: the next death is at least the wait after the last
+    # (the logs' own timestamps, in milliseconds)
+    for last, this in zip(died, died[1:]):
+        assert this["ts"] - last["ts"] >= last["delay_s"] - 0.001, (last, this)
+    print(f"supervisor over {window:.2f} s of backoff: {used:.3f} CPU-s")
+    assert used < IDLE_SHARE * window

@@ -8,8 +8,10 @@ through the hub, then stops the server.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
+import sys
 
 from gateway import logs, stall
 from gateway.board import Role
@@ -23,6 +25,10 @@ from gateway.worker.malloc_trim import Trimmer
 from gateway.worker.hub import Hub
 from shm import Ring
 from shm.segment import Handle
+
+# Test-only: a worker started with this set in its environment exits at once, as one whose
+# start fails would (tests/test_supervision.py: the supervisor's restart backoff).
+TEST_EXIT_ENV = "MURGW_TEST_WORKER_EXITS_AT_START"
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
@@ -71,4 +77,7 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: H
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
     logs.setup(config.log_level)
+    if os.environ.get(TEST_EXIT_ENV):
+        logs.get("worker").error("exiting at start", worker=index, hook=TEST_EXIT_ENV)
+        sys.exit(3)
     hypercorn.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))
