@@ -6,9 +6,18 @@ file's last test is done, failed or not. What it runs with is the `gateway_optio
 file whose gateway differs overrides that fixture with its own (parametrise it to run the
 file's tests against each kind), and tests that need a gateway of their own start one with
 `running_gateway` inside the test.
+
+Tiers: a file marks itself `unit` (no process, no network socket: the inner loop,
+`python -m pytest -m unit`, under a minute) or `env` (needs podman, Chromium or Prometheus);
+every other test is `e2e` (real gateways, real processes). A `unit` test that starts a process
+or binds or connects a socket fails at that call (`_unit_stays_in_process`), so the tier cannot
+drift.
 """
 
+import multiprocessing.process
 import os
+import socket
+import subprocess
 import sys
 
 import pytest
@@ -36,3 +45,27 @@ def gateway(gateway_options, tmp_path_factory):
 def certs(tmp_path_factory) -> Certificates:
     """A CA and a server certificate for 127.0.0.1, for the file's TLS gateways and clients."""
     return Certificates(tmp_path_factory.mktemp("tls"))
+
+
+TIERS = ("unit", "e2e", "env")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(autouse=True)
+def _unit_stays_in_process(request, monkeypatch):
+    """A `unit` test may start no process and open no network connection."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a unit test starts no process and binds or connects no socket: mark it e2e")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refused)
+    for name in ("bind", "connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, refused)

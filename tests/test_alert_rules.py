@@ -4,6 +4,7 @@ each with a `runbook_url` naming its section of docs/runbook.md."""
 
 from __future__ import annotations
 
+import pytest
 import os
 import re
 import subprocess
@@ -14,6 +15,8 @@ import yaml
 
 from support import ROOT, require_tool, running_gateway
 from tls_support import Certificates
+
+pytestmark = pytest.mark.env
 
 GRAFANA = os.path.join(ROOT, "grafana")
 RULES = os.path.join(GRAFANA, "alerts.yml")

@@ -6,6 +6,8 @@ import pytest
 from gateway import board, metrics, stall
 from gateway.board import Board, Role
 
+pytestmark = pytest.mark.unit
+
 
 def test_each_role_has_its_block_and_an_unknown_one_has_none():
     assert board.block_index(Role.SEQUENCER) == board.SEQUENCER_BLOCK

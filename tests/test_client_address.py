@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from gateway.worker.client_address import (client_key, client_of, forwarded_nodes,
                                            x_forwarded_for_nodes, Malformed)
 
+pytestmark = pytest.mark.unit
+
 PROXY = "10.0.0.0/8"
 TRUSTED = (PROXY, "fd00::/8")
 

@@ -4,10 +4,13 @@ bounded bucket table."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
+
+pytestmark = pytest.mark.unit
 
 
 def test_places_are_all_or_nothing():

@@ -1,10 +1,13 @@
 """The adaptive coalescing policy, as the pure function it is (no server, no timing)."""
 
+import pytest
 import math
 
 from hypothesis import given, strategies as st
 
 from gateway.worker.coalesce import KNOBS, Knobs, load_share, next_delay
+
+pytestmark = pytest.mark.unit
 
 seconds = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 delays = st.floats(min_value=-1.0, max_value=1.0, allow_nan=False)

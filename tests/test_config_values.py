@@ -7,6 +7,8 @@ import pytest
 
 from gateway import config_values as values
 
+pytestmark = pytest.mark.unit
+
 ACCEPTED = [
     (values.whole_number(1, 64), "3", 3),
     (values.whole_number(1, 64), " 64 ", 64),

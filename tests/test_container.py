@@ -28,6 +28,8 @@ import pytest
 from support import (ROOT, SSEStream, dockerfile_user, gone, is_terminal_event, item, require_tool, rpc,
                      running_gateway, shm_bytes_per_gateway, task_id_of, user_message, wait_for, wait_ready)
 
+pytestmark = pytest.mark.env
+
 BASE = "docker.io/library/python:3.11-slim"
 IMAGE = "localhost/murmur-gateway:test"
 RUNTIME = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"]

@@ -9,6 +9,8 @@ import pytest
 
 from gateway.worker.malloc_trim import Trimmer
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
 def test_the_trimmer_trims_on_its_timer_until_cancelled():

@@ -24,6 +24,8 @@ from gateway.worker.stream import Stream, TaskView
 from gateway.worker.window import PIECE_BYTES
 from shm import Ring
 
+pytestmark = pytest.mark.unit
+
 TASK_KEY = 5
 TASK = {"id": "tsk_h", "contextId": "ctx_h", "status": {"state": states.WORKING, "timestamp": "t"}}
 _names = itertools.count()

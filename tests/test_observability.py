@@ -3,6 +3,7 @@ built and run in tests/test_container.py)."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import re
@@ -17,6 +18,8 @@ import orjson
 from support import (ROOT, SSEStream, require_tool, rpc, running_gateway, scrape, series,
                      user_message, wait_for)
 from tls_support import Certificates
+
+pytestmark = pytest.mark.env
 
 DASHBOARD = os.path.join(ROOT, "grafana", "dashboards", "murmur-gateway.json")
 DATASOURCE = os.path.join(ROOT, "grafana", "provisioning", "datasources", "prometheus.yaml")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import asyncio
 
 from gateway.tuning import OPENINGS_PER_TURN
 from gateway.worker.pace import OpeningPace
+
+pytestmark = pytest.mark.unit
 
 
 def test_openings_at_once_go_on_at_most_per_turn_a_turn_in_arrival_order():

@@ -5,6 +5,8 @@ import pytest
 from gateway.protocol import activation as act
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
 
+pytestmark = pytest.mark.unit
+
 OTHER_METHODS = [act.SEND_MESSAGE, act.GET_TASK, act.LIST_TASKS, act.CANCEL_TASK, act.STOP_SESSION, act.GET_EXTENDED_AGENT_CARD]
 
 

@@ -5,6 +5,8 @@ import pytest
 
 from gateway.protocol import errors
 
+pytestmark = pytest.mark.unit
+
 TABLE = [
     (-32700, "JSONParseError", "PARSE_ERROR"),
     (-32600, "InvalidRequestError", "INVALID_REQUEST"),

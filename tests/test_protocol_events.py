@@ -9,6 +9,8 @@ from google.protobuf import json_format
 from gateway.protocol import events as ev
 from gateway.protocol import states
 
+pytestmark = pytest.mark.unit
+
 TASK_ID = "tsk_0199c4e2f1b7712a9d3e4f5061728394"
 CONTEXT_ID = "ctx_0199c4e2f1b7712a9d3e4f50617283a1"
 TS = "2026-10-13T09:00:00.123Z"

@@ -1,11 +1,14 @@
 """gateway.protocol.ids and states: UUIDv7 layout, monotonic order, the states table."""
 
+import pytest
 import os
 import re
 import time
 import uuid
 
 from gateway.protocol import ids, states
+
+pytestmark = pytest.mark.unit
 
 HEX32 = re.compile(r"[0-9a-f]{32}")
 

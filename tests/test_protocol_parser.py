@@ -10,6 +10,8 @@ from gateway.protocol import sse, states
 from gateway.protocol.parser import KNOWN_FRAMES, SSEEvent, SSEParser, StreamItem, read_stream_response
 from gateway.protocol.uris import STREAM_URI
 
+pytestmark = pytest.mark.unit
+
 TASK_ID = "tsk_0199c4e2f1b7712a9d3e4f5061728394"
 CONTEXT_ID = "ctx_0199c4e2f1b7712a9d3e4f50617283a1"
 TS = "2026-10-13T09:00:00.123Z"

@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
 from gateway.protocol.replay import NOT_A_NUMBER, ReplayPlan, parse_last_event_id, plan_replay
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "value, parsed",

@@ -1,9 +1,12 @@
 """gateway.protocol.sse: the event byte layout, checked against the spec's `id: 3` example."""
 
+import pytest
 import orjson
 
 from gateway.protocol import events as ev
 from gateway.protocol import sse, states
+
+pytestmark = pytest.mark.unit
 
 TASK_ID = "tsk_0199c4e2f1b7712a9d3e4f5061728394"
 CONTEXT_ID = "ctx_0199c4e2f1b7712a9d3e4f50617283a1"

@@ -9,6 +9,8 @@ import pytest
 from shm import CounterBlocks, Record, RecordTooLarge, Ring, check_platform
 from shm.segment import SHM_DIR, Segment
 
+pytestmark = pytest.mark.unit
+
 CONTROL_WORDS = 64  # what these rings reserve for their users (the ring never touches them)
 
 

@@ -8,6 +8,7 @@ descriptor (the writer may overwrite the bytes about to be copied) and after cop
 One process plays both sides, so every interleaving is reproducible.
 """
 
+import pytest
 import os
 import random
 import uuid
@@ -16,6 +17,8 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from shm import Ring
+
+pytestmark = pytest.mark.unit
 
 SLOTS = 8
 ARENA = 1024

@@ -23,6 +23,8 @@ from gateway.worker.stream import (CHECK, CHECKING, END, ENDING, OPENED, PARKED,
                                    State, Stream, StreamStateError, TaskView)
 from gateway.worker.window import PIECE_BYTES, Window
 
+pytestmark = pytest.mark.unit
+
 TASK_KEY = 7
 TASK = {"id": "tsk_a", "contextId": "ctx_a", "status": {"state": states.WORKING, "timestamp": "t"}}
 RPC_ID = b'"r1"'

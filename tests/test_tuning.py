@@ -16,6 +16,8 @@ import pytest
 from gateway import tuning
 from support import ROOT
 
+pytestmark = pytest.mark.unit
+
 NAMES = [name for name in vars(tuning) if name.isupper()]
 
 

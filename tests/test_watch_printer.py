@@ -1,11 +1,14 @@
 """The `mur watch` printer over recorded event sequences: no network, exact output."""
 
+import pytest
 import orjson
 
 from gateway.protocol import events
 from gateway.protocol.parser import SSEEvent
 from gateway.protocol.states import COMPLETED, FAILED, INPUT_REQUIRED, REJECTED, WORKING
 from gateway.watch_printer import STDERR, STDOUT, WatchPrinter
+
+pytestmark = pytest.mark.unit
 
 TASK_A, CTX_A = "tsk_01a22f6551aa7724a7ffaa2d37619591", "ctx_01a22f6551aa7724a7ffaa2d37619592"
 TASK_B, CTX_B = "tsk_01a22f6551aa7724a7ffaa2d376195a1", "ctx_01a22f6551aa7724a7ffaa2d376195a2"
