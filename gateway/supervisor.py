@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 
 from gateway import config as config_module
 from gateway import banner, board, capacity, config_found, config_reload, control, exporter, lifeline, logs
-from gateway import metrics, proctitle, sequencer, stall, tls
+from gateway import metrics, proctitle, sd_notify, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
 from gateway.tuning import NOTSENT_LOWAT_BYTES
@@ -137,6 +137,7 @@ class Supervisor:
         self.restarts = 0
         self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
         self.stopping = False
+        self.notifier = sd_notify.Notifier()  # systemd's Type=notify, when it started us
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_r, False)
@@ -199,6 +200,7 @@ class Supervisor:
     def watch(self) -> int:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
+            self.notifier.check_ready(self.board, self.config.workers)
             # Every dead child found below is replaced (a new sentinel) or ends the loop, so
             # no sentinel in this list stays ready from one turn to the next.
             procs = [p for p in (self.sequencer, self.exporter, *self.workers) if p is not None]
@@ -208,7 +210,9 @@ class Supervisor:
             if self.stopping:
                 break
             if self.reload_asked:
+                self.notifier.reloading()
                 self.reload()
+                self.notifier.reloaded()
             if not self.sequencer.is_alive():
                 self.log.error("sequencer exited; the session is over, stopping the gateway",
                                exitcode=self.sequencer.exitcode)
@@ -277,6 +281,7 @@ class Supervisor:
 
     def drain(self) -> None:
         """Close every stream and stop every process (the memfd segments go with the last of them)."""
+        self.notifier.stopping()
         self.board.closing = True
         for proc in self.workers:
             if proc is not None and proc.is_alive():
