@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 from gateway import config as config_module
-from support import ROOT, START_TIMEOUT, require_tool, running_gateway
+from support import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
 
 SYSTEMD = os.path.join(ROOT, "deploy", "systemd")
 UNIT = os.path.join(SYSTEMD, "mur-gateway.service")
@@ -58,12 +58,25 @@ def test_the_unit_is_notify_reload_checks_first_and_drops_privileges():
     assert int(directives("LimitNOFILE")[0]) > 128  # gateway/capacity.py's FD_RESERVE, and then some
 
 
+def environment_file() -> dict[str, str]:
+    """Every variable the file shows, commented out or not, with its example value."""
+    with open(ENV_FILE) as fh:
+        return dict(re.findall(r"^#?(MUR_GATEWAY_[A-Z_]+)=(.*)$", fh.read(), re.MULTILINE))
+
+
 def test_the_environment_file_names_only_variables_the_gateway_reads():
     known = {opt.env for opt in config_module.OPTIONS} | {"MUR_GATEWAY_CONFIG"}
-    with open(ENV_FILE) as fh:
-        named = set(re.findall(r"^#?(MUR_GATEWAY_[A-Z_]+)=", fh.read(), re.MULTILINE))
+    named = set(environment_file())
     assert named and named <= known, named - known
     assert directives("EnvironmentFile") == ["-/etc/mur-gateway/environment"]
+
+
+def test_the_environment_files_examples_pass_check_all_at_once():
+    """Uncommented together, the examples are a configuration `--check` accepts (those that
+    name a file, absent here, left out)."""
+    examples = {name: value for name, value in environment_file().items() if not value.startswith("/")}
+    checked = judged("--check", env=examples)
+    assert (checked.returncode, checked.stdout) == (0, "configuration ok\n"), checked.stderr
 
 
 class NotifySocket:
