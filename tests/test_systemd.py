@@ -22,6 +22,7 @@ import urllib.request
 
 import pytest
 
+from gateway import capacity
 from gateway import config as config_module
 from support import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
 
@@ -55,7 +56,13 @@ def test_the_unit_is_notify_reload_checks_first_and_drops_privileges():
     assert directives("ExecReload") == [f"{INSTALLED} --check", "/bin/kill -HUP $MAINPID"]
     for setting in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "PrivateTmp=yes"):
         assert re.search(rf"^{setting}$", unit_text(), re.MULTILINE), setting
-    assert int(directives("LimitNOFILE")[0]) > 128  # gateway/capacity.py's FD_RESERVE, and then some
+    # The comment's arithmetic is gateway/capacity.py's: the limit less its reserve, a worker's
+    # connections, and the memory at which the memory share allows as many.
+    nofile = int(directives("LimitNOFILE")[0])
+    per_worker = nofile - capacity.FD_RESERVE
+    assert f"{per_worker:,} connections" in unit_text()
+    memory = per_worker * capacity.PLAN_BYTES_PER_WATCHER / capacity.MEMORY_SHARE
+    assert f"about {round(memory / (1 << 30))} GiB" in unit_text()
 
 
 def environment_file() -> dict[str, str]:
