@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 
 from gateway import config as config_module
 from gateway import banner, board, capacity, config_found, config_reload, control, exporter, lifeline, logs
-from gateway import metrics, proctitle, restarts, sequencer, stall, tls
+from gateway import metrics, proctitle, restarts, sd_notify, sequencer, stall, tls
 from gateway.config import Config, ConfigError
 from gateway.control import Op
 from gateway.tuning import NOTSENT_LOWAT_BYTES
@@ -139,6 +139,7 @@ class Supervisor:
         self.backoffs = [restarts.Backoff() for _ in range(config.workers + 1)]
         self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
         self.stopping = False
+        self.notifier = sd_notify.Notifier()  # systemd's Type=notify, when it started us
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_r, False)
@@ -204,6 +205,7 @@ class Supervisor:
     def watch(self) -> int:
         """Until a signal or the sequencer's death; returns the exit status."""
         while not self.stopping:
+            self.notifier.check_ready(self.board, self.config.workers)
             # Every dead child found below leaves this list (its slot waits for its restart,
             # restarts.py) or ends the loop, so no sentinel in it stays ready from one turn to
             # the next.
@@ -214,7 +216,9 @@ class Supervisor:
             if self.stopping:
                 break
             if self.reload_asked:
+                self.notifier.reloading()
                 self.reload()
+                self.notifier.reloaded()
             if not self.sequencer.is_alive():
                 self.log.error("sequencer exited; the session is over, stopping the gateway",
                                exitcode=self.sequencer.exitcode)
@@ -295,6 +299,7 @@ class Supervisor:
 
     def drain(self) -> None:
         """Close every stream and stop every process (the memfd segments go with the last of them)."""
+        self.notifier.stopping()
         self.board.closing = True
         for proc in self.workers:
             if proc is not None and proc.is_alive():

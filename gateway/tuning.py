@@ -102,7 +102,7 @@ PROBES_IN_FLIGHT = 16
 
 # How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
 # per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
-# streams end within one interval (README, "Reload by SIGHUP"); a bound chosen, not measured.
+# streams end within one interval (docs/operations.md, "Reloading"); a bound chosen, not measured.
 CHECKS_PER_HEARTBEAT = 4
 
 

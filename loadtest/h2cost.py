@@ -1,4 +1,4 @@
-"""What one delivery costs the gateway over HTTP/2, against HTTP/1.1 (README, "HTTPS and HTTP/2").
+"""What one delivery costs the gateway over HTTP/2, against HTTP/1.1 (docs/benchmarks.md, "HTTP/2 against HTTP/1.1").
 
     taskset -c 1 python loadtest/h2cost.py [--watchers 200] [--rate 20] [--seconds 10]
 

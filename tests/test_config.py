@@ -186,7 +186,7 @@ def test_a_file_that_cannot_be_read_as_toml_is_one_line(tmp_path, content, probl
 
 
 def test_a_whole_file_with_every_table_loads(tmp_path):
-    """Strictness refuses no key the README documents."""
+    """Strictness refuses no key docs/configuration.md documents."""
     path = tmp_path / "gw.toml"
     path.write_text(
         'bind = "127.0.0.1:0"\nmax-body-bytes = 4096\nwatch-page = false\naccess-log = "off"\n'

@@ -143,7 +143,7 @@ class Container:
 
 @contextlib.contextmanager
 def running_container(image: str, *run_args: str, workers: int = 2, gateway_args: tuple[str, ...] = ()):
-    """The image started detached on the host's network, as README's command does, with
+    """The image started detached on the host's network, as docs/deploy.md's command does, with
     ports of its own, and the runtime's default /dev/shm (the gateway's segments are memfds,
     not files there); ready when /readyz answers 200; removed (killed) at exit."""
     port, metrics_port = free_port(), free_port()

@@ -6,7 +6,7 @@ ring's CONFIG_GENERATION word. Every worker looks at that word four times a hear
 interval; when it moved, the worker asks the sequencer for the settings and applies them
 to its door and limits. Then each open stream whose token the new rules no longer hold, or
 whose token lost the scope of the stream's method, is ended where it stands: after the
-whole events it has written, with no frame of its own (README, "Security and limits").
+whole events it has written, with no frame of its own (docs/operations.md, "Reloading").
 So such a stream ends within one heartbeat interval of the reload. Streams of every other
 token go on untouched, missing nothing.
 """
