@@ -246,14 +246,17 @@ class Supervisor:
         self._wake_watch()
 
     def reload(self) -> None:
-        """SIGHUP: re-read --config and hand what may change while running to the sequencer,
-        which the workers follow (config_reload.py); one log line either way."""
+        """SIGHUP: re-read --config and, with TLS, the certificate pair, and hand what may
+        change while running to the sequencer, which the workers follow (config_reload.py);
+        one log line either way, naming what was re-read."""
         self.reload_asked = False
         before = dict(self.config_dict)
         try:
             loaded, settings, restart_only = config_reload.reread(self.loaded, self.argv)
             self.config_dict.update(settings)  # a replacement worker starts with them
-            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT, settings=settings)
+            certificate = self._recheck_certificate()
+            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT,
+                                  settings={**settings, config_reload.CERTIFICATE: certificate})
         except (config_module.ConfigError, OSError, RpcError) as exc:
             self.config_dict = before
             self.counters.add("config_reloads", label="rejected")
@@ -261,8 +264,23 @@ class Supervisor:
             return
         self.loaded = loaded
         self.counters.add("config_reloads", label="applied")
-        self.log.info("config reloaded", tokens=len(loaded.tokens),
-                      **({"restart_needed": restart_only} if restart_only else {}))
+        reread = config_reload.config_file(self.argv, os.environ)
+        fields = {"config": reread, "tokens": len(loaded.tokens)} if reread else {}
+        if tls.enabled(self.config.certfile, self.config.keyfile):
+            fields.update(certfile=self.config.certfile, certificate_reloaded=certificate)
+        if not fields:
+            self.log.info("config reloaded: nothing to re-read (no --config, no --certfile/--keyfile)")
+            return
+        self.log.info("config reloaded", **fields, **({"restart_needed": restart_only} if restart_only else {}))
+
+    def _recheck_certificate(self) -> bool:
+        """With TLS: the pair was read again, and loads (config.load checked it, as at start:
+        one that does not rejects the reload); the expiry gauge follows it, and the workers
+        load it (worker/reload.py)."""
+        if not tls.enabled(self.config.certfile, self.config.keyfile):
+            return False
+        self.board.tls_expiry = tls.not_after(self.config.certfile) or 0
+        return True
 
     def _kill_stuck_workers(self) -> None:
         """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
