@@ -82,9 +82,13 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
+def address_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    return f"{scheme}://{url_host(host)}:{port}{path}"
+    return f"{url_host(host)}:{port}"
+
+
+def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
+    return f"{scheme}://{address_of(sock)}{path}"
 
 
 class Supervisor:
@@ -111,6 +115,7 @@ class Supervisor:
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         self.listener = listening_socket(*config.bind, config.listen_backlog)
+        self.address = address_of(self.listener)  # in every process title: which gateway this is
         self.metrics_listener: socket.socket | None = None
         if config.metrics_bind is not None:
             try:
@@ -137,17 +142,18 @@ class Supervisor:
         self.exporter: multiprocessing.Process | None = None
         self.restarts = 0
         self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
-        self.stopping = False
+        self.stopping: str | bool = False  # the signal's name once one asks the gateway to stop
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
         os.set_blocking(self._signal_r, False)
         os.set_blocking(self._signal_w, False)
 
     def _child(self, role: str, target, *args) -> multiprocessing.Process:
-        """A started child process, named after its role (proctitle.py) and bound to live no
-        longer than this one (lifeline.py)."""
-        proc = self.ctx.Process(target=lifeline.child_main, name=proctitle.PREFIX + role,
-                                args=(os.getpid(), role, target, *args))
+        """A started child process, named after its role and the gateway's address
+        (proctitle.py) and bound to live no longer than this one (lifeline.py)."""
+        title = f"{role} {self.address}"
+        proc = self.ctx.Process(target=lifeline.child_main, name=proctitle.PREFIX + title,
+                                args=(os.getpid(), title, target, *args))
         proc.start()
         return proc
 
@@ -187,7 +193,7 @@ class Supervisor:
             capacity_bound=self.capacity_bound, descriptors=self.descriptors))
 
     def on_signal(self, signum, frame) -> None:
-        self.stopping = True
+        self.stopping = signal.Signals(signum).name
         self._wake_watch()
 
     def _wake_watch(self) -> None:
@@ -296,6 +302,8 @@ class Supervisor:
 
     def drain(self) -> None:
         """Close every stream and stop every process (the memfd segments go with the last of them)."""
+        self.log.info("draining: closing every stream, stopping every process",
+                      **({"signal": self.stopping} if self.stopping else {}), drain_s=DRAIN_SECONDS)
         self.board.closing = True
         for proc in self.workers:
             if proc is not None and proc.is_alive():
@@ -326,8 +334,8 @@ def run(config: Config, argv: list[str] | None = None) -> int:
     """`argv`: the command line `config` was loaded from, read again at each SIGHUP."""
     check_platform()
     logs.setup(config.log_level)
-    proctitle.name("supervisor")
     supervisor = Supervisor(config, argv)
+    proctitle.name(f"supervisor {supervisor.address}")
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGHUP, supervisor.on_hup)
