@@ -1,4 +1,5 @@
-"""`mur-gateway` / `python -m gateway`: resolve the configuration, then run the supervisor."""
+"""`mur-gateway` / `python -m gateway`: resolve the configuration, then run the supervisor;
+`mur-gateway token new NAME` makes a token instead (gateway/token_command.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from gateway import config as config_module
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["token"]:
+        from gateway import token_command
+
+        return token_command.main(words[1:])
     try:
         config = config_module.load(argv)
     except config_module.ConfigError as exc:  # one line, whatever the message quoted
