@@ -1,5 +1,6 @@
 """`mur-gateway` / `python -m gateway`: resolve the configuration, then run the supervisor, or
-only judge it (`--check`, `--print-config`: gateway/config_check.py)."""
+only judge it (`--check`, `--print-config`: gateway/config_check.py); `mur-gateway token new
+NAME` makes a token instead (gateway/token_command.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from gateway import config as config_module
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["token"]:
+        from gateway import token_command
+
+        return token_command.main(words[1:])
     resolution = config_module.resolve(argv)
     if resolution.args is not None and (resolution.args.check or resolution.args.print_config):
         from gateway import config_check

@@ -10,17 +10,25 @@ with tokens, or back, keeps the tokens as they run (and names `[network.authenti
 since the agent card, the watch page and the streams already open were made for the door
 the gateway started with; tokens, their scopes and max_streams change freely otherwise. The
 settings reach the workers through the sequencer (worker/reload.py).
+
+With TLS, a reload also re-reads --certfile/--keyfile (gateway/tls.py): `config.load` checks
+the pair as at start, so one that does not load rejects the reload (logged, nothing changed);
+one that loads makes the message to the workers carry `CERTIFICATE`, on which each loads it
+again into the context it serves with.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import Mapping
 
 from gateway import config as config_module
 from gateway.config import Config
 
 RELOADABLE = ("tokens",) + tuple(opt.attr for opt in config_module.OPTIONS if opt.reload)
 SECTIONS = tuple(config_module.SECTIONS)  # TOML tables, named as [table]
+CERTIFICATE = "certificate"  # a reload message's key, no Config field: the workers load the pair again
 
 
 def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[str]]:
@@ -37,3 +45,14 @@ def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[
     settings = {name: plain[name] for name in RELOADABLE}
     applied = dataclasses.replace(running, **{name: getattr(fresh, name) for name in RELOADABLE})
     return applied, settings, restart_only
+
+
+def config_file(argv: list[str] | None, environ: Mapping[str, str]) -> str | None:
+    """The --config (or MUR_GATEWAY_CONFIG) file a reload re-reads, for its log line."""
+    args = sys.argv[1:] if argv is None else argv
+    for index, arg in enumerate(args):
+        if arg == "--config" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--config="):
+            return arg.partition("=")[2]
+    return environ.get("MUR_GATEWAY_CONFIG")

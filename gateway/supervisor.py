@@ -82,9 +82,13 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
+def address_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    return f"{scheme}://{url_host(host)}:{port}{path}"
+    return f"{url_host(host)}:{port}"
+
+
+def url_of(sock: socket.socket, scheme: str, path: str = "") -> str:
+    return f"{scheme}://{address_of(sock)}{path}"
 
 
 class Supervisor:
@@ -110,6 +114,7 @@ class Supervisor:
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         self.listener = listening_socket(*config.bind, config.listen_backlog)
+        self.address = address_of(self.listener)  # in every process title: which gateway this is
         self.metrics_listener: socket.socket | None = None
         if config.metrics_bind is not None:
             try:
@@ -138,7 +143,7 @@ class Supervisor:
         # each worker slot's restart policy, then the exporter's (restarts.py)
         self.backoffs = [restarts.Backoff() for _ in range(config.workers + 1)]
         self.stalls = stall.StallWatch(self.board, config.worker_stall_timeout)
-        self.stopping = False
+        self.stopping: str | bool = False  # the signal's name once one asks the gateway to stop
         self.notifier = sd_notify.Notifier()  # systemd's Type=notify, when it started us
         # A signal handler only writes a byte here; watch() wakes on it and drains it.
         self._signal_r, self._signal_w = os.pipe()
@@ -146,10 +151,11 @@ class Supervisor:
         os.set_blocking(self._signal_w, False)
 
     def _child(self, role: str, target, *args) -> multiprocessing.Process:
-        """A started child process, named after its role (proctitle.py) and bound to live no
-        longer than this one (lifeline.py)."""
-        proc = self.ctx.Process(target=lifeline.child_main, name=proctitle.PREFIX + role,
-                                args=(os.getpid(), role, target, *args))
+        """A started child process, named after its role and the gateway's address
+        (proctitle.py) and bound to live no longer than this one (lifeline.py)."""
+        title = f"{role} {self.address}"
+        proc = self.ctx.Process(target=lifeline.child_main, name=proctitle.PREFIX + title,
+                                args=(os.getpid(), title, target, *args))
         proc.start()
         return proc
 
@@ -192,7 +198,7 @@ class Supervisor:
             capacity_bound=self.capacity_bound, descriptors=self.descriptors))
 
     def on_signal(self, signum, frame) -> None:
-        self.stopping = True
+        self.stopping = signal.Signals(signum).name
         self._wake_watch()
 
     def _wake_watch(self) -> None:
@@ -267,14 +273,17 @@ class Supervisor:
         self._wake_watch()
 
     def reload(self) -> None:
-        """SIGHUP: re-read --config and hand what may change while running to the sequencer,
-        which the workers follow (config_reload.py); one log line either way."""
+        """SIGHUP: re-read --config and, with TLS, the certificate pair, and hand what may
+        change while running to the sequencer, which the workers follow (config_reload.py);
+        one log line either way, naming what was re-read."""
         self.reload_asked = False
         before = dict(self.config_dict)
         try:
             loaded, settings, restart_only = config_reload.reread(self.loaded, self.argv)
             self.config_dict.update(settings)  # a replacement worker starts with them
-            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT, settings=settings)
+            certificate = self._recheck_certificate()
+            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT,
+                                  settings={**settings, config_reload.CERTIFICATE: certificate})
         except (config_module.ConfigError, OSError, RpcError) as exc:
             self.config_dict = before
             self.counters.add("config_reloads", label="rejected")
@@ -282,8 +291,23 @@ class Supervisor:
             return
         self.loaded = loaded
         self.counters.add("config_reloads", label="applied")
-        self.log.info("config reloaded", tokens=len(loaded.tokens),
-                      **({"restart_needed": restart_only} if restart_only else {}))
+        reread = config_reload.config_file(self.argv, os.environ)
+        fields = {"config": reread, "tokens": len(loaded.tokens)} if reread else {}
+        if tls.enabled(self.config.certfile, self.config.keyfile):
+            fields.update(certfile=self.config.certfile, certificate_reloaded=certificate)
+        if not fields:
+            self.log.info("config reloaded: nothing to re-read (no --config, no --certfile/--keyfile)")
+            return
+        self.log.info("config reloaded", **fields, **({"restart_needed": restart_only} if restart_only else {}))
+
+    def _recheck_certificate(self) -> bool:
+        """With TLS: the pair was read again, and loads (config.load checked it, as at start:
+        one that does not rejects the reload); the expiry gauge follows it, and the workers
+        load it (worker/reload.py)."""
+        if not tls.enabled(self.config.certfile, self.config.keyfile):
+            return False
+        self.board.tls_expiry = tls.not_after(self.config.certfile) or 0
+        return True
 
     def _kill_stuck_workers(self) -> None:
         """SIGKILL every worker whose loop stood still (stall.py); the loop above replaces it."""
@@ -300,6 +324,8 @@ class Supervisor:
     def drain(self) -> None:
         """Close every stream and stop every process (the memfd segments go with the last of them)."""
         self.notifier.stopping()
+        self.log.info("draining: closing every stream, stopping every process",
+                      **({"signal": self.stopping} if self.stopping else {}), drain_s=DRAIN_SECONDS)
         self.board.closing = True
         for proc in self.workers:
             if proc is not None and proc.is_alive():
@@ -330,8 +356,8 @@ def run(config: Config, argv: list[str] | None = None) -> int:
     """`argv`: the command line `config` was loaded from, read again at each SIGHUP."""
     check_platform()
     logs.setup(config.log_level)
-    proctitle.name("supervisor")
     supervisor = Supervisor(config, argv)
+    proctitle.name(f"supervisor {supervisor.address}")
     signal.signal(signal.SIGTERM, supervisor.on_signal)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGHUP, supervisor.on_hup)

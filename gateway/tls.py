@@ -11,9 +11,18 @@ An https:// --upstream is verified against --upstream-cacert (or the system stor
 `upstream_context` builds that client context and `upstream_cacert_problem` checks the file
 at start, as the pair below is checked.
 
-The pair is checked once, at start, by loading it into a context exactly as hypercorn will:
-a missing, unreadable or mismatched file stops the gateway with one line (exit 2) instead of
+The pair is checked at start by loading it into a context exactly as hypercorn will: a
+missing, unreadable or mismatched file stops the gateway with one line (exit 2) instead of
 every worker failing on its own.
+
+SIGHUP re-reads the pair (certbot-style renewal in place): the reload checks it the same way
+(a pair that does not load rejects the reload, nothing changed), and only a pair that loads is loaded again into each worker's serving context
+(`reload_pair`), the very SSLContext object hypercorn serves with (`configure` keeps it).
+OpenSSL copies a context's certificate into each connection when the connection is made, so
+new handshakes get the new certificate and open connections keep theirs, none dropped. Each
+worker checks the pair on a scratch context again before loading it (the files may have been
+rewritten since), since a failed load_cert_chain can leave a live context holding a new
+certificate with the old key.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from __future__ import annotations
 import ssl
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
+
+_serving: list[ssl.SSLContext] = []  # this worker's serving contexts, made by hypercorn (`configure`)
 
 
 def certificate_problem(certfile: str | None, keyfile: str | None) -> str | None:
@@ -80,6 +91,30 @@ def configure(hypercorn_config, certfile: str | None, keyfile: str | None, hands
     hypercorn_config.keyfile = keyfile
     hypercorn_config.alpn_protocols = list(ALPN_PROTOCOLS)
     hypercorn_config.ssl_handshake_timeout = handshake_timeout
+    make = hypercorn_config.create_ssl_context
+
+    def kept_context() -> ssl.SSLContext | None:
+        """hypercorn's own context, remembered so that a reload can load the pair into it."""
+        context = make()
+        if context is not None:
+            _serving.append(context)
+        return context
+
+    hypercorn_config.create_ssl_context = kept_context
+
+
+def reload_pair(certfile: str, keyfile: str) -> str | None:
+    """Load the pair again into this worker's serving contexts: new handshakes get it, open
+    connections keep theirs. Why it did not load (one line, nothing changed), or None."""
+    problem = certificate_problem(certfile, keyfile)
+    if problem is not None:
+        return problem
+    try:
+        for context in _serving:
+            context.load_cert_chain(certfile, keyfile)
+    except (OSError, ValueError, ssl.SSLError) as exc:  # rewritten again since the check above
+        return f"--certfile {certfile} / --keyfile {keyfile}: {exc}"
+    return None
 
 
 def not_after(certfile: str) -> int | None:

@@ -1,4 +1,9 @@
-"""`mur watch [ADDRESS] [--token TOKEN] [--cacert FILE]`: print what a capsule (or a gateway) is doing.
+"""`mur watch [ADDRESS] [--token TOKEN | --token-file FILE] [--cacert FILE]`: print what a
+capsule (or a gateway) is doing.
+
+The bearer token comes from `--token`, or `--token-file FILE` (its first line), or the
+environment's `MUR_TOKEN`, in that order (`token_of`). The file and the environment keep it
+off the command line, which `ps`, /proc/PID/cmdline and shell history show to others.
 
 A blocking murmur.WatchSession client over `http.client`, which decodes the chunked body;
 the bytes go to `SSEParser`, each event to `WatchPrinter` (gateway/watch_printer.py says
@@ -39,6 +44,8 @@ CONNECT_TIMEOUT = 10.0
 READ_SIZE = 65536
 EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
+TOKEN_ENV = "MUR_TOKEN"
+MAX_TOKEN_FILE_BYTES = 64 * 1024
 WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": WATCH_SESSION, "params": {}})
 
 
@@ -169,6 +176,23 @@ def print_stream(response: http.client.HTTPResponse | None, address: str, consol
     return EXIT_LOST
 
 
+def token_of(args: argparse.Namespace, environ) -> str | None:
+    """--token, else --token-file's first line, else $MUR_TOKEN, else None (no token)."""
+    if args.token is not None:
+        return args.token
+    if args.token_file is not None:
+        try:
+            with open(args.token_file, "rb") as fh:
+                text = fh.read(MAX_TOKEN_FILE_BYTES).decode("utf-8", "replace")
+        except OSError as exc:
+            raise CannotWatch(f"--token-file {args.token_file}: {exc.strerror or exc}") from None
+        token = next(iter(text.splitlines()), "").strip()
+        if not token:
+            raise CannotWatch(f"--token-file {args.token_file}: the file's first line holds no token")
+        return token
+    return environ.get(TOKEN_ENV) or None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mur", description="murmur client commands")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -176,7 +200,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                         description="Attach to a capsule's murmur.WatchSession and print it.")
     watch_command.add_argument("address", nargs="?", default=DEFAULT_ADDRESS,
                                help=f"the capsule's or gateway's address (default {DEFAULT_ADDRESS})")
-    watch_command.add_argument("--token", help="bearer token, sent as Authorization: Bearer TOKEN")
+    token = watch_command.add_mutually_exclusive_group()
+    token.add_argument("--token", help="bearer token, sent as Authorization: Bearer TOKEN "
+                                       "(visible in ps: prefer --token-file or $MUR_TOKEN)")
+    token.add_argument("--token-file", metavar="FILE",
+                       help=f"read the bearer token from FILE's first line [else env {TOKEN_ENV}]")
     watch_command.add_argument("--cacert", metavar="FILE",
                                help="https:// only: trust the CA certificates in FILE (PEM) instead of the system's")
     return parser.parse_args(argv)
@@ -187,8 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="replace")  # tool output must never stop the watch
+    console = Console(sys.stdout, sys.stderr)
     try:
-        return watch(args.address, args.token, Console(sys.stdout, sys.stderr), args.cacert)
+        token = token_of(args, os.environ)
+    except CannotWatch as exc:
+        console.show([Write(STDERR, f"mur watch: {exc}\n")])
+        return EXIT_REFUSED
+    try:
+        return watch(args.address, token, console, args.cacert)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

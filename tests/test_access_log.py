@@ -60,6 +60,17 @@ def test_a_request_is_one_line_naming_method_code_caller_client_and_duration(gat
     assert isinstance(line["duration_s"], float) and line["duration_s"] >= 0
 
 
+def test_a_401_names_its_reason_no_token_or_unknown_token(gateway):
+    """One status, two causes: the line says which, as the refusal's `refusal` field."""
+    assert rpc(gateway.port, "ListTasks", {}, rpc_id="no-token")[0] == 401
+    assert Http(gateway.port).request("GET", "/attachments/tsk_x/" + "0" * 64,
+                                      headers=[("Authorization", "Bearer " + NOT_A_TOKEN)])[0] == 401
+    line_where(gateway, "request", status=401, method=None, path="/", refusal="no token")
+    line_where(gateway, "request", status=401, http_method="GET", refusal="unknown token")
+    assert rpc(gateway.port, "GetTask", {"id": "x"}, token=NARROW)[0] == 403
+    assert "refusal" not in line_where(gateway, "request", status=403)
+
+
 def test_a_path_is_logged_with_its_status_and_cut_short(gateway):
     Http(gateway.port).request("GET", "/" + "x" * 1000)
     line = line_where(gateway, "request", status=404, http_method="GET")

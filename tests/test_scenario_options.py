@@ -45,6 +45,8 @@ def text_of(status: dict) -> str:
     ("/scenario input prompt=Which file now?",
      "/scenario input: 'file' is not key=value; quote a value that has spaces (it takes prompt=)"),
     ('/scenario input prompt="Which file', "/scenario: no closing quotation"),
+    ("/scenario slow turns=40", "/scenario slow turns: 40 is more than inference.max_turns (20), "
+                                "the capsule's cap on a task's turns"),
 ])
 def test_an_option_that_does_not_parse_fails_the_task_naming_it(gateway, text, reason):
     final = status_when(gateway.port, send(gateway.port, text), TERMINAL)

@@ -53,21 +53,32 @@ def banner(gw) -> dict:
                     what="the start-up banner")
 
 
-def test_every_process_names_itself(tmp_path):
+def test_every_process_names_itself_and_its_gateways_address(tmp_path):
     with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
-        assert cmdline(gw.pid) == "murgw: supervisor"
+        address = f"127.0.0.1:{gw.port}"
+        assert cmdline(gw.pid) == f"murgw: supervisor {address}"
         names = wait_for(lambda: len(n := named_children(gw)) == 4 and n, what="four named children")
-        assert set(names) == {"murgw: sequencer", "murgw: worker 0", "murgw: worker 1", "murgw: exporter"}
+        assert set(names) == {f"murgw: {role} {address}" for role in ("sequencer", "worker 0", "worker 1", "exporter")}
         serving = wait_for(lambda: gw.worker_pids().get(0), what="worker 0's serving line")
-        assert names["murgw: worker 0"] == serving
+        assert names[f"murgw: worker 0 {address}"] == serving
+
+
+def test_sigterm_logs_the_signal_and_the_drains_start(tmp_path):
+    with running_gateway(workers=1, tmp_path=tmp_path) as gw:
+        assert gw.stop() == 0
+        events = [r for r in gw.logs() if r.get("role") == "supervisor"]
+        draining = next(r for r in events if r["event"] == "draining: closing every stream, stopping every process")
+        assert draining["signal"] == "SIGTERM"
+        assert events.index(draining) < next(i for i, r in enumerate(events) if r["event"] == "stopped")
 
 
 def test_a_killed_exporter_is_replaced_on_its_port_logged_counted_and_the_supervisor_idles(tmp_path):
     with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
         assert scrape(gw.metrics_port)["murgw_exporter_restarts_total"] == 0
-        old = wait_for(lambda: named_children(gw).get("murgw: exporter"), what="the exporter")
+        exporter = f"murgw: exporter 127.0.0.1:{gw.port}"
+        old = wait_for(lambda: named_children(gw).get(exporter), what="the exporter")
         os.kill(old, signal.SIGKILL)
-        new = wait_for(lambda: (pid := named_children(gw).get("murgw: exporter")) not in (None, old) and pid,
+        new = wait_for(lambda: (pid := named_children(gw).get(exporter)) not in (None, old) and pid,
                        what="a new exporter")
         assert not os.path.exists(f"/proc/{old}")  # reaped, not a zombie
         samples = scrape(gw.metrics_port)  # the same port, served by the new exporter
@@ -76,7 +87,7 @@ def test_a_killed_exporter_is_replaced_on_its_port_logged_counted_and_the_superv
         assert samples['murgw_process_resident_memory_bytes{process="exporter"}'] > 0
         logged = [r for r in gw.logs() if r.get("event") == "exporter died; replacing it"]
         assert len(logged) == 1 and logged[0]["exporter_pid"] == old and logged[0]["exitcode"] == -signal.SIGKILL
-        assert named_children(gw)["murgw: exporter"] == new
+        assert named_children(gw)[exporter] == new
 
         before, started = cpu_ticks(gw.pid), time.monotonic()
         time.sleep(IDLE_WINDOW)  # the window measured, not a wait for a condition

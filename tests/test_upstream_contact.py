@@ -166,8 +166,11 @@ def test_an_upstream_that_refuses_bs_token_is_worded_for_the_client(tmp_path):
             assert error_of(b.port, method, params) == (-32603, "the upstream refused the gateway's credentials")
         logged = [r for r in b.logs() if r.get("event") == "upstream refused the gateway's credentials"]
         assert logged and logged[0]["status"] == 401 and a_wording[2]["detail"] in logged[0]["answer"], logged
-        assert any("refused the gateway's credentials (HTTP 401)" in r.get("error", "")
-                   for r in b.logs() if r.get("event") == "upstream stream lost")
+        # the gateway's own stream refused: the upstream's words logged with the refusal
+        wait_for(lambda: any("refused the gateway's credentials (HTTP 401): " in r["error"]
+                             and a_wording[2]["detail"] in r["error"]
+                             for r in b.logs() if r.get("event") == "upstream stream lost"),
+                 what="the link's refusal logged in the upstream's words")
 
 
 def test_the_resume_check_reads_the_replay_as_the_spec_writes_it():

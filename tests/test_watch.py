@@ -25,7 +25,7 @@ import pytest
 
 from gateway.protocol import events
 from gateway.protocol.uris import STREAM_URI
-from support import ROOT, SSEStream, is_terminal_event, rpc, running_gateway, user_message
+from support import ROOT, SSEStream, is_terminal_event, rpc, running_gateway, user_message, wait_for
 
 WAIT = 30.0
 HINT = "the capsule may still be running; run mur watch again to reattach\n"
@@ -49,10 +49,11 @@ DEFAULT_TASK_OUTPUT = (
 class Mur:
     """`mur watch` as a subprocess whose stdout and stderr are read as they arrive."""
 
-    def __init__(self, address: str, *args: str):
+    def __init__(self, address: str, *args: str, env: dict | None = None):
         self.address = address
         self.proc = subprocess.Popen([sys.executable, "-m", "gateway.watch", "watch", address, *args], cwd=ROOT,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, **(env or {})})
         self.out_fd, self.err_fd = self.proc.stdout.fileno(), self.proc.stderr.fileno()
         self.buffers = {self.out_fd: bytearray(), self.err_fd: bytearray()}
         self.open_fds = set(self.buffers)
@@ -96,8 +97,8 @@ class Mur:
 
 
 @contextlib.contextmanager
-def mur_watch(address: str, *args: str):
-    mur = Mur(address, *args)
+def mur_watch(address: str, *args: str, env: dict | None = None):
+    mur = Mur(address, *args, env=env)
     try:
         yield mur
     finally:
@@ -256,6 +257,34 @@ def test_the_token_is_sent_as_a_bearer_authorization(tmp_path):
         stop_session_with_token(gateway.port, "watcher")
         assert mur.finish() == 0
     assert mur.stderr == "[murmur] capsule closed\n"
+
+
+@pytest.mark.parametrize("source", ["--token-file", "MUR_TOKEN"])
+def test_the_token_from_a_file_or_the_environment_never_shows_on_the_command_line(tmp_path, source):
+    config = _token_config(tmp_path, "secret-watcher-7q", '["murmur.WatchSession", "murmur.StopSession"]')
+    token_file = tmp_path / "token"
+    token_file.write_text("secret-watcher-7q\n")
+    args, env = (("--token-file", str(token_file)), {}) if source == "--token-file" else ((), {"MUR_TOKEN": "secret-watcher-7q"})
+    with running_gateway("--config", config, tmp_path=tmp_path) as gateway, \
+            mur_watch(address_of(gateway.port), *args, env=env) as mur:
+        wait_for(lambda: any(r.get("event") == "stream open" and r.get("caller") == "t" for r in gateway.logs()),
+                 what="mur watch's stream opened under its token")
+        with open(f"/proc/{mur.proc.pid}/cmdline", "rb") as fh:
+            assert b"secret-watcher-7q" not in fh.read()
+        stop_session_with_token(gateway.port, "secret-watcher-7q")
+        assert mur.finish() == 0
+    assert mur.stderr == "[murmur] capsule closed\n"
+
+
+@pytest.mark.parametrize("content, problem", [("", "the file's first line holds no token"),
+                                              (None, "No such file or directory")])
+def test_a_token_file_without_a_token_is_one_line_exit_2(tmp_path, content, problem):
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+    with mur_watch("http://127.0.0.1:9", "--token-file", str(token_file)) as mur:
+        assert mur.finish() == 2
+    assert mur.stderr == f"mur watch: --token-file {token_file}: {problem}\n"
 
 
 def stop_session_with_token(port: int, token: str) -> None:

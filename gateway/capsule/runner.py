@@ -21,7 +21,7 @@ import time
 from gateway.capsule import tck
 from gateway.capsule.attempt import Attempt, MaxTurns
 from gateway.capsule.messages import UserMessage
-from gateway.capsule.scripts import SCENARIO_ERROR, SCENARIOS, ScenarioError, parse_scenario
+from gateway.capsule.scripts import SCENARIO_ERROR, SCENARIOS, ScenarioError, check_limits, parse_scenario
 from gateway.capsule.tasks import Registry, Task
 from gateway.capsule.interfaces import Emitter
 from gateway.config import Config
@@ -94,6 +94,7 @@ class ScenarioRunner:
                 await tck.tck_script(attempt, {})
             else:
                 name, options = parse_scenario(message.text)
+                check_limits(name, options, self.config.inference.max_turns)
                 await SCENARIOS[name](attempt, options)
         except ScenarioError as exc:  # written before the task did anything
             attempt.fail(states.task_failed(SCENARIO_ERROR, str(exc)))

@@ -72,6 +72,20 @@ OPTIONS: dict[str, dict[str, tuple[Parser, object]]] = {
 }
 
 
+# Options that count a task's turns, which the capsule caps at inference.max_turns
+# (attempt.py): a value above the cap is refused at once, naming it (`check_limits`), rather
+# than run until the cap ends the task with max_turns exceeded.
+TURN_OPTIONS = {"slow": "turns"}
+
+
+def check_limits(name: str, options: dict, max_turns: int) -> None:
+    """Raise ScenarioError when a scenario's options ask for more than the capsule allows."""
+    key = TURN_OPTIONS.get(name)
+    if key is not None and options[key] > max_turns:
+        raise ScenarioError(f"/scenario {name} {key}: {options[key]} is more than inference.max_turns "
+                            f"({max_turns}), the capsule's cap on a task's turns")
+
+
 def parse_scenario(text: str) -> tuple[str, dict]:
     """('default', {}) or (name, {option: value}, every option of the scenario present) from
     `/scenario NAME key=value ...`; a value with spaces is quoted as in a shell

@@ -133,10 +133,10 @@ class UpstreamCapsule:
         self._resume = Resume(self.last_id, self._last_event)
         try:
             head = await conn.open("POST", "/", self.headers([("Last-Event-ID", str(self._resume.after))]), body)
-            if head.status_code in CREDENTIAL_STATUSES:
-                raise UpstreamError(f"the upstream refused the gateway's credentials (HTTP {head.status_code})")
             if head.status_code != 200:
-                raise UpstreamError(f"the upstream answered WatchSession with HTTP {head.status_code}")
+                refusal = ("the upstream refused the gateway's credentials" if head.status_code in CREDENTIAL_STATUSES
+                           else "the upstream answered WatchSession with")
+                raise UpstreamError(f"{refusal} (HTTP {head.status_code}): {await self._its_words(conn)}")
             parser = SSEParser()
             async for chunk in conn.chunks():
                 for event in parser.feed(chunk):
@@ -185,6 +185,16 @@ class UpstreamCapsule:
                 self.closed = True
                 self.writer.close_session()
         return False
+
+    @staticmethod
+    async def _its_words(conn: Connection) -> str:
+        """What the upstream said when it refused the stream (its body, the first 500
+        characters), for the log line that says why the link is down."""
+        try:
+            said = await conn.read_body()
+        except (UpstreamError, ValueError) as exc:
+            return f"(its answer not read: {exc})"
+        return said[:500].decode("utf-8", "replace") or "(no body)"
 
     def _judge(self, verdict: str | None, why: str) -> None:
         """On the resume check's RESTARTED (resume.py): the upstream's ids restarted, so a new

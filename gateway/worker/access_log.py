@@ -17,7 +17,8 @@ the token's `[[network.authentication.tokens]]` entry: never the token, never it
 wrote, a replay's included), `bytes` (the SSE body bytes, without HTTP framing) and
 `reason`: `client_left`, `task_ended` (its task's final or input-required status), `session_closed`,
 `session_changed` (the ring began a new session), `revoked` (a reload took its token's right to it), `drain` (the gateway is stopping) or
-`aborted` (the connection failed under it).
+`aborted` (the connection failed under it). A refusal whose status covers several causes adds
+`refusal`: a 401's `no token` (none, or another scheme) or `unknown token` (no rule matches).
 
 Levels: `info`, refusals included, except `murmur.StopSession` and `CancelTask`, which are
 `warning` whatever their answer: they change state for others (StopSession ends every task
@@ -59,7 +60,7 @@ class Exchange:
     (the JSON-RPC method, the code, the caller's name, the stream and why it ended)."""
 
     __slots__ = ("started", "http_method", "path", "client", "status", "method", "code", "caller",
-                 "stream", "ended")
+                 "stream", "ended", "refusal")
 
     def __init__(self, scope: dict, client: str):
         self.started = time.monotonic()
@@ -72,10 +73,14 @@ class Exchange:
         self.caller: str | None = None
         self.stream: Served | None = None  # the hub's record of the stream it opened
         self.ended: str | None = None
+        self.refusal: str | None = None  # door/refusal.py's `why`
 
     def fields(self) -> dict:
-        return {"http_method": self.http_method, "path": self.path, "method": self.method,
-                "status": self.status, "code": self.code, "caller": self.caller, "client": self.client}
+        fields = {"http_method": self.http_method, "path": self.path, "method": self.method,
+                  "status": self.status, "code": self.code, "caller": self.caller, "client": self.client}
+        if self.refusal is not None:
+            fields["refusal"] = self.refusal
+        return fields
 
 
 def exchange_of(scope: dict) -> Exchange:

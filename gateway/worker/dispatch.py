@@ -116,6 +116,7 @@ class RpcEndpoint:
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
             served = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
+            exchange.refusal = refusal.why
             await refuse(send, refusal, self.counters)
             return
         if served is not None:

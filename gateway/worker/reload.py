@@ -8,14 +8,16 @@ to its door and limits. Then each open stream whose token the new rules no longe
 whose token lost the scope of the stream's method, is ended where it stands: after the
 whole events it has written, with no frame of its own (docs/operations.md, "Reloading").
 So such a stream ends within one heartbeat interval of the reload. Streams of every other
-token go on untouched, missing nothing.
+token go on untouched, missing nothing. When the supervisor found the certificate pair
+loadable again (config_reload.CERTIFICATE), the worker loads it into its serving context:
+new handshakes get it, open connections keep theirs (gateway/tls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway import logs
+from gateway import config_reload, logs, tls
 from gateway.config import Config
 from gateway.control import Op
 from gateway.tuning import CHECKS_PER_HEARTBEAT
@@ -25,14 +27,21 @@ log = logs.get("worker")
 
 def apply(config: Config, settings: dict, rpc, hub) -> Config:
     """The running config with `settings` in force; `rpc`'s open streams it revokes ended."""
+    settings = dict(settings)
+    certificate = settings.pop(config_reload.CERTIFICATE, False)
     config = Config.from_dict({**config.to_dict(), **settings})
+    if certificate:
+        problem = tls.reload_pair(config.certfile, config.keyfile)
+        if problem is not None:
+            log.error("certificate not reloaded; the one in use stays", problem=problem)
     rpc.door.rules = config.tokens
     rpc.limits.apply(config)
     revoked = [served for served, (rule, _holding) in rpc.openings.holds.items()
                if rule is not None and not rpc.door.still_admits(rule, served.stream.endpoint)]
     for served in revoked:
         hub.end_stream(served)
-    log.info("reloaded settings applied", tokens=len(config.tokens), streams_ended=len(revoked))
+    log.info("reloaded settings applied", tokens=len(config.tokens), streams_ended=len(revoked),
+             **({"certificate_reloaded": problem is None} if certificate else {}))
     return config
 
 

@@ -37,7 +37,7 @@ class Door:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Refused(401, "this door requires Authorization: Bearer <token>",
-                          [(b"www-authenticate", b"Bearer")])
+                          [(b"www-authenticate", b"Bearer")], why="no token")
         digest = hashlib.sha256(token.strip().encode()).hexdigest()
         match = None
         for rule in self.rules:  # every rule is compared, so timing says nothing of which
@@ -45,7 +45,7 @@ class Door:
                 match = rule
         if match is None:
             raise Refused(401, "the bearer token is not valid for this door",
-                          [(b"www-authenticate", b'Bearer error="invalid_token"')])
+                          [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token")
         return match
 
     def authorize(self, rule: TokenRule | None, method: str) -> Caller:

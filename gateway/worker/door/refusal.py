@@ -6,7 +6,9 @@ reasons are problem.py's `REFUSAL_REASONS`), a per-client or per-token limit's 4
 murgw_requests_limited_total{limit} (limits.py), and the gateway's own trouble (an
 unreachable sequencer or upstream, made with `counted=False`) or a 500 nowhere. `refuse`
 counts it as it is sent, over raw ASGI; `response` hands the same refusal to Starlette (a
-route's handler, the error handler), sent by `refuse` too.
+route's handler, the error handler), sent by `refuse` too. A refusal whose one status covers
+several causes carries `why`, the access log's `refusal` field (a 401's `no token` or
+`unknown token`), which the endpoints that authenticate note in the request's `Exchange`.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, 
 
 class Refused(Exception):
     """A refusal: its HTTP status, why (problem details), its headers, and the counter and
-    label it counts under (None: not counted)."""
+    label it counts under (None: not counted); `why`, the access log's word for its cause."""
 
     def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
-                 counted: bool = True, limit: str | None = None):
+                 counted: bool = True, limit: str | None = None, why: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, list(headers)
+        self.status, self.message, self.headers, self.why = status, message, list(headers), why
         if limit is not None:
             self.counter = ("requests_limited", limit)
         elif counted and status in REFUSAL_REASONS:
