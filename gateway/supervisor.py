@@ -295,9 +295,8 @@ class Supervisor:
         fields = {"config": reread, "tokens": len(loaded.tokens)} if reread else {}
         if tls.enabled(self.config.certfile, self.config.keyfile):
             fields.update(certfile=self.config.certfile, certificate_reloaded=certificate)
-        if not fields:
-            self.log.info("config reloaded: nothing to re-read (no --config, no --certfile/--keyfile)")
-            return
+        if not fields:  # the same line, saying what there was to re-read
+            fields = {"reread": "nothing: no --config, no --certfile/--keyfile"}
         self.log.info("config reloaded", **fields, **({"restart_needed": restart_only} if restart_only else {}))
 
     def _recheck_certificate(self) -> bool:
