@@ -15,9 +15,11 @@ the memfd segments, the abstract control socket). The signal follows the death o
 parent *thread* that forked: the supervisor starts every child from its main thread,
 whose end is the process's end.
 
-multiprocessing's resource tracker, started by the spawn context, is not ours to start:
-it exits at EOF on its pipe, which every child holds open, so it goes right after the last
-of them.
+multiprocessing's resource tracker is not started (`without_resource_tracker`). The spawn
+context starts one with the first child, to unlink named semaphores and shared_memory blocks
+that a dead process leaves; the gateway makes neither (its segments are memfds, its control
+socket abstract: the kernel takes both back), so the tracker would only be one more process,
+unnamed, in ps.
 """
 
 from __future__ import annotations
@@ -50,3 +52,15 @@ def child_main(supervisor_pid: int, role: str, target: Callable[..., Any], *args
     # it (supervisor.py), the children carry on.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     target(*args)
+
+
+def without_resource_tracker() -> None:
+    """Keep the spawn context from starting multiprocessing's resource tracker: its handle
+    (the write end of the tracker's pipe, which every child inherits) is set to /dev/null
+    before the first child, so the tracker counts as running and nothing is ever tracked.
+    On a Python whose tracker keeps no such handle, the tracker starts as before."""
+    from multiprocessing import resource_tracker
+
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    if tracker is not None and getattr(tracker, "_fd", False) is None and getattr(tracker, "_pid", False) is None:
+        tracker._fd = os.open(os.devnull, os.O_WRONLY)

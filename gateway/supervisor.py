@@ -113,6 +113,7 @@ class Supervisor:
                                      listen_backlog=found.listen_backlog)
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
+        lifeline.without_resource_tracker()  # nothing for it to track (lifeline.py)
         self.listener = listening_socket(*config.bind, config.listen_backlog)
         self.address = address_of(self.listener)  # in every process title: which gateway this is
         self.metrics_listener: socket.socket | None = None

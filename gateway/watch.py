@@ -14,7 +14,9 @@ attach, and never reconnects. An `https://` address is verified against the syst
 only against `--cacert FILE` (a private CA's PEM) when given. Exit status:
 
 - 0: the capsule closed its stream (`capsule-closed`);
-- 1: the connection was lost: `E-IO-003`, naming the last event id read;
+- 1: the stream ended without `capsule-closed`. The connection was lost: `E-IO-003`, naming
+  the last event id read. Or the server ended the stream itself: one line saying what that
+  meant (`why_ended`: a reload revoked the token, or the gateway is draining);
 - 2: the request was refused: the connection itself, an HTTP status other than 200 (401,
   403, ...), or a JSON-RPC error; one line on stderr, never a traceback;
 - 130: SIGINT, quietly.
@@ -29,7 +31,7 @@ import io
 import os
 import ssl
 import sys
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 from urllib.parse import urlsplit
 
 import orjson
@@ -41,6 +43,7 @@ from gateway.watch_printer import EXIT_REFUSED, STDERR, STDOUT, WatchPrinter, Wr
 
 DEFAULT_ADDRESS = "http://127.0.0.1:52222"
 CONNECT_TIMEOUT = 10.0
+PROBE_TIMEOUT = 2.0  # `why_ended`'s one look at /readyz
 READ_SIZE = 65536
 EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
@@ -75,7 +78,8 @@ def tls_context(cacert: str | None) -> ssl.SSLContext:
         raise CannotWatch(f"--cacert {cacert}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def open_connection(address: str, cacert: str | None = None) -> http.client.HTTPConnection:
+def open_connection(address: str, cacert: str | None = None,
+                    timeout: float = CONNECT_TIMEOUT) -> http.client.HTTPConnection:
     try:
         url = urlsplit(address)
         port = url.port
@@ -84,10 +88,10 @@ def open_connection(address: str, cacert: str | None = None) -> http.client.HTTP
     if url.scheme not in ("http", "https") or not url.hostname:
         raise CannotWatch(f"not an http:// or https:// address: {address}")
     if url.scheme == "https":
-        connection = http.client.HTTPSConnection(url.hostname, port, timeout=CONNECT_TIMEOUT,
+        connection = http.client.HTTPSConnection(url.hostname, port, timeout=timeout,
                                                  context=tls_context(cacert))
     else:
-        connection = http.client.HTTPConnection(url.hostname, port, timeout=CONNECT_TIMEOUT)
+        connection = http.client.HTTPConnection(url.hostname, port, timeout=timeout)
     try:
         connection.connect()
     except OSError as exc:
@@ -143,13 +147,39 @@ def start_watch(connection: http.client.HTTPConnection, address: str,
     return response
 
 
-def body_chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    """The body's bytes as they arrive, until it ends or the connection is lost."""
+class Body:
+    """The body's bytes as they arrive, until it ends or the connection is lost; `ended`: the
+    server ended it (its last chunk came), rather than the connection breaking under it."""
+
+    def __init__(self, response: http.client.HTTPResponse):
+        self.response, self.ended = response, False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            while chunk := self.response.read1(READ_SIZE):
+                yield chunk
+        except (OSError, http.client.HTTPException):
+            return
+        self.ended = True
+
+
+def why_ended(address: str, cacert: str | None) -> str:
+    """What a gateway's end of a watcher's stream, without capsule-closed, meant, told by one
+    look at its /readyz (not a reconnect): still ready, it ended the stream because a reload
+    revoked the token (worker/reload.py); not answering, or 503, it is stopping (its drain)."""
     try:
-        while chunk := response.read1(READ_SIZE):
-            yield chunk
-    except (OSError, http.client.HTTPException):
-        return
+        connection = open_connection(address, cacert, PROBE_TIMEOUT)
+        with contextlib.closing(connection):
+            connection.request("GET", urlsplit(address).path.rstrip("/") + "/readyz")
+            status = connection.getresponse().status
+    except (CannotWatch, OSError, http.client.HTTPException):
+        status = None
+    if status == 200:
+        return ("its token was revoked (a reload took its right to watch); run mur watch "
+                "again with a token that holds murmur.WatchSession")
+    if status in (None, 503):
+        return "the gateway is stopping (drain); run mur watch again once it is back"
+    return "the server ended it without capsule-closed; run mur watch again to reattach"
 
 
 def watch(address: str, token: str | None, console: Console, cacert: str | None = None) -> int:
@@ -157,22 +187,28 @@ def watch(address: str, token: str | None, console: Console, cacert: str | None 
     try:
         connection = open_connection(address, cacert)
         with contextlib.closing(connection):
-            return print_stream(start_watch(connection, address, token), address, console)
+            return print_stream(start_watch(connection, address, token), address, console,
+                                lambda: why_ended(address, cacert))
     except CannotWatch as exc:
         console.show([Write(STDERR, f"mur watch: {exc}\n")])
         return EXIT_REFUSED
 
 
-def print_stream(response: http.client.HTTPResponse | None, address: str, console: Console) -> int:
+def print_stream(response: http.client.HTTPResponse | None, address: str, console: Console,
+                 explain: Callable[[], str]) -> int:
+    """Print the stream to its end; the exit status. An end without capsule-closed is exit 1
+    either way (the spec's table): worded by `explain` when the server ended the stream, as
+    E-IO-003 when the connection was lost."""
     printer = WatchPrinter()
+    body = None
     if response is not None:
-        parser = SSEParser()
-        for chunk in body_chunks(response):
+        parser, body = SSEParser(), Body(response)
+        for chunk in body:
             for event in parser.feed(chunk):
                 console.show(printer.feed(event))
                 if printer.exit_code is not None:
                     return printer.exit_code
-    console.show(printer.lost(address))
+    console.show(printer.ended(address, explain()) if body is not None and body.ended else printer.lost(address))
     return EXIT_LOST
 
 

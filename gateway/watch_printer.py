@@ -21,6 +21,9 @@ table "What `mur watch` implements":
   new line; so does text of a task other than the one whose text left the line open.
 - `thinking`, tool-call frames, `quota`, `suggested-prompt`, `task`, heartbeats, unknown
   members, unknown frames and anything that is not a JSON-RPC response are not shown.
+- A stream the server ended itself without `capsule-closed` (a gateway ends a watcher's
+  stream so when a reload revoked its token, or when it drains) is one line on stderr
+  saying what happened (`ended`), not the lost connection's E-IO-003 and its hint.
 - `gap` and `lagged` are one warning each on stderr; `capsule-closed` prints
   `[murmur] capsule closed` on stderr and sets `exit_code` to 0. A JSON-RPC error event
   prints one line on stderr and sets `exit_code` to 2, as a refused request does.
@@ -102,10 +105,17 @@ class WatchPrinter:
             self._hold_response(item.body)
         return []
 
+    def _where(self) -> str:
+        return "before any event" if self.last_event_id is None else f"after event id {self.last_event_id}"
+
     def lost(self, address: str) -> list[Write]:
-        """The E-IO-003 lines for a connection that ended without `capsule-closed`."""
-        where = "before any event" if self.last_event_id is None else f"after event id {self.last_event_id}"
-        return self._warn(f"E-IO-003: connection to {address} lost {where}\n{LOST_HINT}")
+        """The E-IO-003 lines for a connection that was lost without `capsule-closed`."""
+        return self._warn(f"E-IO-003: connection to {address} lost {self._where()}\n{LOST_HINT}")
+
+    def ended(self, address: str, what: str) -> list[Write]:
+        """The line for a stream the server ended itself, without `capsule-closed`: `what`
+        happened (a revoked token, a drain), not a lost connection's hint."""
+        return self._warn(f"[murmur] {address} ended the stream {self._where()}: {what}")
 
     # --- standard events ---
 

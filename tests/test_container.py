@@ -285,7 +285,7 @@ def test_podman_stop_drains_within_grace_and_exits_0(image):
 def test_podman_kill_leaves_nothing_running(image):
     with running_container(image) as container:
         pids = container.host_pids()
-        assert len(pids) >= 6  # tini, supervisor, sequencer, exporter, 2 workers (and a resource tracker)
+        assert len(pids) >= 6  # tini, supervisor, sequencer, exporter, 2 workers
         podman("kill", container.name)
         wait_for(lambda: container.inspect("{{.State.Status}}") in ("exited", "stopped"), what="the container's end")
         assert container.inspect("{{.State.ExitCode}}") == "137"

@@ -28,8 +28,7 @@ def cmdline(pid: int) -> str:
 
 
 def named_children(gw) -> dict[str, int]:
-    """The supervisor's children by the name each gave itself (multiprocessing's resource
-    tracker, which is not ours to name, left out)."""
+    """The supervisor's children by the name each gave itself."""
     names = {}
     for pid in gw.children():
         try:
@@ -58,6 +57,7 @@ def test_every_process_names_itself_and_its_gateways_address(tmp_path):
         address = f"127.0.0.1:{gw.port}"
         assert cmdline(gw.pid) == f"murgw: supervisor {address}"
         names = wait_for(lambda: len(n := named_children(gw)) == 4 and n, what="four named children")
+        assert sorted(gw.children()) == sorted(names.values())  # no other child: no resource tracker
         assert set(names) == {f"murgw: {role} {address}" for role in ("sequencer", "worker 0", "worker 1", "exporter")}
         serving = wait_for(lambda: gw.worker_pids().get(0), what="worker 0's serving line")
         assert names[f"murgw: worker 0 {address}"] == serving

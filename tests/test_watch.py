@@ -25,7 +25,8 @@ import pytest
 
 from gateway.protocol import events
 from gateway.protocol.uris import STREAM_URI
-from support import ROOT, SSEStream, is_terminal_event, rpc, running_gateway, user_message, wait_for
+from support import (ROOT, SSEStream, is_terminal_event, rpc, running_gateway, token_table, user_message,
+                     wait_for)
 
 WAIT = 30.0
 HINT = "the capsule may still be running; run mur watch again to reattach\n"
@@ -395,12 +396,44 @@ def test_unknown_members_frames_keys_and_comments_are_ignored_cleanly():
     assert orjson.loads(server.request.partition(b"\r\n\r\n")[2])["method"] == "murmur.WatchSession"
 
 
-def test_a_stream_that_ends_before_any_numbered_event_is_lost_before_any_event():
+def test_a_stream_cut_before_any_numbered_event_is_lost_before_any_event():
+    ack = events.taskless_frame_event(events.connection_ack_frame("stateless"))
+    with fake_server(STREAM_HEAD + chunked(sse(ack)) + b"5\r\nid: 1") as server, \
+            mur_watch(f"http://127.0.0.1:{server.port}") as mur:
+        assert mur.finish() == 1  # the connection closed mid-chunk: lost, not ended
+    assert mur.stderr == f"E-IO-003: connection to {mur.address} lost before any event\n{HINT}"
+
+
+def test_a_stream_a_server_ended_then_answering_nothing_is_worded_as_a_drain():
+    """The body's last chunk came, without capsule-closed, and /readyz got no answer (the
+    fake server takes one connection): what a draining gateway looks like."""
     ack = events.taskless_frame_event(events.connection_ack_frame("stateless"))
     with fake_server(STREAM_HEAD + chunked(sse(ack)) + b"0\r\n\r\n") as server, \
             mur_watch(f"http://127.0.0.1:{server.port}") as mur:
         assert mur.finish() == 1
-    assert mur.stderr == f"E-IO-003: connection to {mur.address} lost before any event\n{HINT}"
+    assert mur.stderr == (f"[murmur] {mur.address} ended the stream before any event: the gateway is "
+                          "stopping (drain); run mur watch again once it is back\n")
+
+
+def test_a_revoked_token_and_a_drain_are_worded_as_what_happened_exit_1(tmp_path):
+    door = tmp_path / "door.toml"
+    door.write_text(token_table([("a", "tok-a", ["*"]), ("b", "tok-b", ["*"])]))
+    with running_gateway("--config", str(door), workers=1, tmp_path=tmp_path) as gateway, \
+            mur_watch(address_of(gateway.port), "--token", "tok-a") as revoked, \
+            mur_watch(address_of(gateway.port), "--token", "tok-b") as drained:
+        wait_for(lambda: len([r for r in gateway.logs() if r.get("event") == "stream open"]) == 2,
+                 what="both watchers attached")
+        door.write_text(token_table([("b", "tok-b", ["*"])]))
+        os.kill(gateway.pid, signal.SIGHUP)
+        assert revoked.finish() == 1
+        assert drained.proc.poll() is None
+        assert gateway.stop() == 0
+        assert drained.finish() == 1
+    assert revoked.stderr == (f"[murmur] {revoked.address} ended the stream before any event: its token was "
+                              "revoked (a reload took its right to watch); run mur watch again with a token "
+                              "that holds murmur.WatchSession\n")
+    assert drained.stderr == (f"[murmur] {drained.address} ended the stream before any event: the gateway is "
+                              "stopping (drain); run mur watch again once it is back\n")
 
 
 def test_a_json_rpc_error_answer_is_one_line_and_a_non_zero_exit():
