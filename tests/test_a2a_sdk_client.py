@@ -196,7 +196,7 @@ async def test_activated_stream_delivers_murmur_frames_the_sdk_parses(gateway):
 
 
 async def test_cancel_task_ends_a_subscribed_slow_task_canceled(gateway):
-    task_id = await started_task(gateway, "/scenario slow turns=50 delay=0.2")
+    task_id = await started_task(gateway, "/scenario slow turns=20 delay=0.5")
     async with sdk_client(gateway) as client:
         subscription = client.subscribe(a2a_pb2.SubscribeToTaskRequest(id=task_id))
         with anyio.fail_after(STREAM_TIMEOUT):
@@ -213,7 +213,7 @@ async def test_cancel_task_ends_a_subscribed_slow_task_canceled(gateway):
 
 
 async def test_sdk_raises_its_own_errors_for_the_door_refusals(gateway):
-    task_id = await started_task(gateway, "/scenario slow turns=50 delay=0.2")
+    task_id = await started_task(gateway, "/scenario slow turns=20 delay=0.5")
     async with sdk_client(gateway) as client:
         await client.cancel_task(a2a_pb2.CancelTaskRequest(id=task_id))
         with pytest.raises(TaskNotCancelableError):

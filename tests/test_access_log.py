@@ -154,7 +154,7 @@ def test_stop_session_ends_streams_and_is_logged_as_a_warning(tmp_path):
     with running_gateway(workers=1, tmp_path=tmp_path) as gw:
         watcher = SSEStream(gw.port, "murmur.WatchSession", {})
         watcher.next()  # the connection-ack: the stream is open
-        task = rpc(gw.port, "SendMessage", user_message("/scenario slow turns=50"))[2]["result"]["task"]["id"]
+        task = rpc(gw.port, "SendMessage", user_message("/scenario slow turns=20"))[2]["result"]["task"]["id"]
         assert "result" in rpc(gw.port, "CancelTask", {"id": task})[2]
         assert "result" in rpc(gw.port, "murmur.StopSession", {})[2]
         list(watcher.events())
