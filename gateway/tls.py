@@ -82,14 +82,16 @@ def enabled(certfile: str | None, keyfile: str | None) -> bool:
     return certfile is not None and keyfile is not None
 
 
-def configure(hypercorn_config, certfile: str | None, keyfile: str | None, handshake_timeout: float) -> None:
-    """Have hypercorn serve TLS with ALPN h2 + http/1.1; a handshake not done within
+def configure(hypercorn_config, certfile: str | None, keyfile: str | None, handshake_timeout: float,
+              h2: bool = True) -> None:
+    """Have hypercorn serve TLS with ALPN h2 + http/1.1 (http/1.1 alone without `h2`: the
+    adapter cannot bound HTTP/2 on this hypercorn); a handshake not done within
     `handshake_timeout` (--header-timeout) drops the connection."""
     if not enabled(certfile, keyfile):
         return
     hypercorn_config.certfile = certfile
     hypercorn_config.keyfile = keyfile
-    hypercorn_config.alpn_protocols = list(ALPN_PROTOCOLS)
+    hypercorn_config.alpn_protocols = [p for p in ALPN_PROTOCOLS if h2 or p != "h2"]
     hypercorn_config.ssl_handshake_timeout = handshake_timeout
     make = hypercorn_config.create_ssl_context
 

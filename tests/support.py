@@ -437,6 +437,8 @@ class SSEStream:
 
     `worker_pid` is the pid of the worker serving it: the connection first asks `/healthz`
     (which names its worker), then sends the stream request on the same keep-alive connection.
+    Where the gateway closes after the answer (keep-alive off: test_fallback.py), the stream
+    goes on a connection of its own and its worker is not known (None).
     """
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
@@ -446,7 +448,11 @@ class SSEStream:
         self.http.send_request("GET", "/healthz")
         self.http.read_head()
         self.worker_pid = orjson.loads(self.http.read_body())["pid"]
-        self.http.conn.start_next_cycle()
+        if self.http.conn.their_state is h11.MUST_CLOSE:
+            self.http.close()
+            self.http, self.worker_pid = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls), None
+        else:
+            self.http.conn.start_next_cycle()
         self.http.send_request("POST", "/", headers_for(**header_options), rpc_body(method, params, rpc_id))
         self.status = self.http.read_head()
         self.headers = self.http.headers

@@ -8,10 +8,18 @@ import orjson
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (Http, SSEStream, describe, is_terminal_event, item, rpc, running_gateway,
-                     task_id_of, user_message, wait_for)
+from gateway.worker.hypercorn.patches import TEST_SWITCH
+from support import (GatewayOptions, Http, SSEStream, describe, is_terminal_event, item, rpc,
+                     running_gateway, task_id_of, user_message, wait_for)
 
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"
+
+
+@pytest.fixture(scope="module", params=["patched", "internals moved"])
+def gateway_options(request) -> GatewayOptions:
+    """Every test here twice: on the adapter as it runs, and as where the internals it
+    follows have moved (nothing patched: test_fallback.py)."""
+    return GatewayOptions(env={TEST_SWITCH: "1"} if request.param == "internals moved" else None)
 
 
 def stream_all(stream: SSEStream) -> list:

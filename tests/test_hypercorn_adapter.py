@@ -53,33 +53,50 @@ def test_this_process_is_not_patched():
     assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
 
 
-def test_on_a_version_it_does_not_know_streams_use_plain_asgi_and_nothing_is_patched():
+def test_a_speed_row_that_moved_is_named_streams_use_plain_asgi_and_the_guarantees_still_hold():
     out = in_child("""
         from gateway.worker.hypercorn import patches, serving
         from gateway.worker.hypercorn.asgi import AsgiSink
         from hypercorn.protocol.h11 import H11Protocol
-        before = H11Protocol.handle
-        patches.VERSIONS["hypercorn"] = "99.0"
-        print(serving.internals_problem())
+        from hypercorn.protocol.h2 import StreamBuffer
+        from hypercorn.asyncio.task_group import TaskGroup
+        before = TaskGroup.spawn_app
+        patches.SPEED = (*patches.SPEED, patches.Row("h11._connection:Connection", "_gone", None, "h11", "__init__"))
         assert serving.prepare() is AsgiSink
-        assert H11Protocol.handle is before
+        assert TaskGroup.spawn_app is before  # no speed row installed
+        print(serving._missing, H11Protocol.handle.__module__, StreamBuffer.pop.__module__)
     """)
-    assert "hypercorn 0.18.0 is not the 99.0" in out
+    assert out.split() == ["{}", "gateway.worker.hypercorn.http11_fixes", "gateway.worker.hypercorn.h2_backpressure"]
 
 
-def test_a_row_that_moved_is_named_and_nothing_is_patched():
+def test_a_guarantee_whose_rows_moved_is_not_offered_and_the_rest_installs():
     out = in_child("""
+        from gateway.worker.hypercorn import patches, serving
+        from gateway.worker.hypercorn.direct import sink_for
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.h2 import StreamBuffer
+        before = StreamBuffer.pop
+        patches.GUARANTEES[patches.H2] = (*patches.GUARANTEES[patches.H2],
+                                          patches.Row("hypercorn.protocol.h2:Nowhere", "pop", None, "hypercorn"))
+        assert serving.prepare() is sink_for
+        assert StreamBuffer.pop is before and H11Protocol.handle.__module__.endswith("http11_fixes")
+        print(serving._missing[patches.H2])
+    """)
+    assert out.strip() == "internals moved: hypercorn: hypercorn.protocol.h2:Nowhere.pop"
+
+
+def test_the_test_switch_reports_every_group_moved_and_nothing_is_patched():
+    out = in_child("""
+        import os
+        os.environ["MURGW_TEST_INTERNALS_MOVED"] = "1"
         from gateway.worker.hypercorn import patches, serving
         from gateway.worker.hypercorn.asgi import AsgiSink
         from hypercorn.protocol.h11 import H11Protocol
-        before = H11Protocol.handle
-        patches.TABLE = (*patches.TABLE, patches.Row("h11._connection:Connection", "_gone", None, "h11", "__init__"),
-                         patches.Row("hypercorn.protocol.h2:Nowhere", "pop", None, "hypercorn"))
-        print(serving.internals_problem())
         assert serving.prepare() is AsgiSink
-        assert H11Protocol.handle is before
+        assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
+        print(sorted(serving._missing))
     """)
-    assert "h11._connection:Connection._gone" in out and "hypercorn.protocol.h2:Nowhere.pop" in out
+    assert out.strip() == "['h2', 'http11']"
 
 
 def test_every_replacement_in_the_adapter_is_a_row():

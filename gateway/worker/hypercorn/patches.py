@@ -5,35 +5,47 @@ bookkeeping, http11_fixes.py, h2_backpressure.py) and follows other internals it
 replace: the `__self__` chain direct.py walks from an ASGI `send` to the transport, h11's
 chunked writer, and the asyncio attributes lean.py swaps on each connection's objects. Each
 is a `Row` of `TABLE`: the owner (a class or module, by dotted name), the attribute, what
-replaces it (None where it is only followed) and the library, with `VERSIONS`, it was written
-against. `problem` checks every row (the versions first, then that each attribute is where it
-is expected) and `install` applies the replacements, only after a clean check (serving.py:
-anything else and every stream gets the plain ASGI sink, nothing patched).
+replaces it (None where it is only followed) and the library it reaches into. `problem`
+checks rows against the code installed (each attribute where it is expected), not against a
+version number: a release that keeps what a row follows keeps its row, one that moved it is
+named.
+
+Rows are of two kinds. A guarantee row (`guarantee` set) is part of what the gateway promises
+on that path: hypercorn's HTTP/1.1 (`HTTP11`: the status line's reason phrase, a stream's end
+that closes its connection, a client's FIN on a stream, bounded heads) and HTTP/2 (`H2`: a
+stalled stream's memory is bounded). Every other row only makes the gateway faster. serving.py
+checks and installs each group on its own: where speed rows moved, streams fall back to plain
+ASGI sends; where a guarantee's rows moved, the gateway stops offering what it cannot bound
+(HTTP/2, keep-alive inside hypercorn) rather than serving it unbounded.
 
 A row whose attribute is set on each instance (not the class) names the method whose code
 sets it (`named_in`), and so does a bound method handed on to another object (how direct.py's
 chain is made): the check is that the method's code still names the attribute.
+
+Test-only: with MURGW_TEST_INTERNALS_MOVED set, every group is reported moved, so the suites
+can run the fallback paths on the libraries they have.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-from importlib import metadata
+import os
 from typing import NamedTuple
-
-VERSIONS = {"hypercorn": "0.18.0", "h11": "0.16.0", "uvloop": "0.23.0", "python": "3.11"}
 
 HC = "hypercorn."
 ADAPTER = "gateway.worker.hypercorn."
+HTTP11 = "http11"  # hypercorn's HTTP/1.1 path: http11_fixes.py
+H2 = "h2"  # hypercorn's HTTP/2 path: h2_backpressure.py
+TEST_SWITCH = "MURGW_TEST_INTERNALS_MOVED"
 
 
 class Row(NamedTuple):
     owner: str  # "module:Class" or "module"
     name: str
     replacement: str | None  # "module:name" put in its place by `install`; None: followed only
-    against: str  # a key of VERSIONS
+    against: str  # the library it reaches into: hypercorn, h11, uvloop, or python (the standard library)
     named_in: str | None = None  # the owner's method whose code names `name` (set per instance, or handed on)
+    guarantee: str | None = None  # HTTP11 or H2: what the gateway promises rests on it; None: speed only
 
 
 TABLE = (
@@ -55,18 +67,18 @@ TABLE = (
     Row("asyncio.streams:StreamReaderProtocol", "_stream_reader", None, "python"),  # a property
     Row("asyncio.streams:StreamReader", "_buffer", None, "python", "__init__"),
     # http11_fixes.py
-    Row(HC + "protocol.h11:H11Protocol", "handle", ADAPTER + "http11_fixes:handle", "hypercorn"),
-    Row(HC + "protocol.h11:H11Protocol", "_send_h11_event", ADAPTER + "http11_fixes:send_h11_event", "hypercorn"),
-    Row(HC + "protocol.h11:H11Protocol", "_maybe_recycle", ADAPTER + "http11_fixes:maybe_recycle", "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "handle", ADAPTER + "http11_fixes:handle", "hypercorn", guarantee=HTTP11),
+    Row(HC + "protocol.h11:H11Protocol", "_send_h11_event", ADAPTER + "http11_fixes:send_h11_event", "hypercorn", guarantee=HTTP11),
+    Row(HC + "protocol.h11:H11Protocol", "_maybe_recycle", ADAPTER + "http11_fixes:maybe_recycle", "hypercorn", guarantee=HTTP11),
     Row(HC + "protocol.h11:H11Protocol", "_send_error_response", ADAPTER + "http11_fixes:send_error_response",
-        "hypercorn"),
-    Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn"),
-    *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__")
+        "hypercorn", guarantee=HTTP11),
+    Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn", guarantee=HTTP11),
+    *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__", guarantee=HTTP11)
       for name in ("stream", "can_read")),
     # h2_backpressure.py
-    Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn"),
-    Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn"),
-    *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__")
+    Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn", guarantee=H2),
+    Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn", guarantee=H2),
+    *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__", guarantee=H2)
       for name in ("buffer", "_paused", "_is_empty")),
     # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
     # .send.__self__ (TCPServer) .writer; the protocol's h11 connection and its chunked writer
@@ -109,12 +121,6 @@ def resolve(dotted: str):
     return found
 
 
-def installed_version(library: str) -> str:
-    if library == "python":
-        return f"{sys.version_info.major}.{sys.version_info.minor}"
-    return metadata.version(library)
-
-
 def _row_holds(row: Row) -> bool:
     try:
         owner = resolve(row.owner)
@@ -125,19 +131,20 @@ def _row_holds(row: Row) -> bool:
         return False
 
 
-def problem(rows: tuple[Row, ...] | None = None) -> str | None:
-    """What of `rows` (`TABLE` unless given) is not as written; None when every row holds."""
-    rows = TABLE if rows is None else rows
-    for library in sorted({row.against for row in rows}):
-        version = installed_version(library)
-        if version != VERSIONS[library]:
-            return f"{library} {version} is not the {VERSIONS[library]} this gateway follows"
-    moved = [f"{row.owner}.{row.name}" for row in rows if not _row_holds(row)]
+SPEED = tuple(row for row in TABLE if row.guarantee is None)
+GUARANTEES = {kind: tuple(row for row in TABLE if row.guarantee == kind) for kind in (HTTP11, H2)}
+
+
+def problem(rows: tuple[Row, ...]) -> str | None:
+    """What of `rows` is not where the code installed has it; None when every row holds."""
+    if os.environ.get(TEST_SWITCH):
+        return f"{TEST_SWITCH} is set (tests only)"
+    moved = [f"{row.against}: {row.owner}.{row.name}" for row in rows if not _row_holds(row)]
     return f"internals moved: {', '.join(moved)}" if moved else None
 
 
-def install() -> None:
-    """Put every replacement in place (this process only; `problem` first)."""
-    for row in TABLE:
+def install(rows: tuple[Row, ...]) -> None:
+    """Put the replacements of `rows` in place (this process only; `problem` first)."""
+    for row in rows:
         if row.replacement is not None:
             setattr(resolve(row.owner), row.name, resolve(row.replacement))

@@ -1,12 +1,14 @@
 """hypercorn under uvloop on the inherited listening socket, and what of its internals we use.
 
-`prepare` checks the internals this package follows (`internals_problem`: every row of
-patches.py's table): on the pinned hypercorn, h11, uvloop and Python it installs the table's
-replacements (lean.py's bookkeeping, http11_fixes.py, h2_backpressure.py), and answers the
-sink factory that finds the direct sink; on anything else it patches nothing,
-logs one warning, and every stream gets the plain ASGI sink: slower, and without those
-fixes, but serving. `run` is uvloop with accept.py's burst-accepting loop; `serve` is
-hypercorn's own serve with the gateway's settings (TLS too: gateway/tls.py).
+`prepare` checks the internals this package follows (patches.py's table), each group on its
+own, and installs every group that holds. Where the speed rows moved, every stream gets the
+plain ASGI sink: slower, but serving. Where a guarantee's rows moved, the gateway stops
+offering what it could not bound, with one warning naming the rows: no `h2` in ALPN (a
+stalled HTTP/2 stream would buffer without bound), and no keep-alive inside hypercorn (each
+answer closes its connection, so every request, a stream's included, is read by the front of
+HTTP/1.1 connections rather than left to h11 unpatched). `run` is uvloop with accept.py's
+burst-accepting loop; `serve` is hypercorn's own serve with the gateway's settings (TLS too:
+gateway/tls.py).
 """
 
 from __future__ import annotations
@@ -33,22 +35,34 @@ log = logs.get("worker")
 
 
 def internals_problem() -> str | None:
-    """What of the internals this package follows (patches.TABLE: every row, and the versions
-    each was written against) is not as it expects; None when all is."""
-    return patches.problem()
+    """What of the internals this package follows (every row of patches.TABLE) is not where
+    the installed code has it; None when all is."""
+    return patches.problem(patches.TABLE)
 
 
 _carrying = False  # prepare found what carried.py follows: serve runs the app under `carrying`
+_missing: dict[str, str] = {}  # a guarantee (patches.HTTP11, H2) whose rows moved -> which
+
+# What the gateway stops offering when a guarantee's rows moved, in its warning's words.
+WITHOUT = {patches.H2: "h2 not offered: a stalled HTTP/2 stream's memory cannot be bounded here",
+           patches.HTTP11: "keep-alive off: each answer closes its connection, hypercorn's HTTP/1.1 fixes do not apply"}
 
 
 def prepare() -> Callable:
     """Install what the internals allow; the sink factory `(send, receive) -> Sink`."""
     global _carrying
-    problem = internals_problem()
+    for kind, rows in patches.GUARANTEES.items():
+        problem = patches.problem(rows)
+        if problem is None:
+            patches.install(rows)
+        else:
+            _missing[kind] = problem
+            log.warning(WITHOUT[kind], reason=problem)
+    problem = patches.problem(patches.SPEED)
     if problem is not None:
         log.warning("streams use plain ASGI sends", reason=problem)
         return AsgiSink
-    patches.install()
+    patches.install(patches.SPEED)
     carry_problem = patches.problem(patches.CARRY)
     if carry_problem is not None:
         log.warning("streams stay inside hypercorn after their head", reason=carry_problem)
@@ -77,7 +91,10 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
-    tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
+    if patches.HTTP11 in _missing:
+        hc.keep_alive_max_requests = 1  # a public setting: no h11 connection serves a second request
+    tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout,
+                  h2=patches.H2 not in _missing)
     return hc
 
 
