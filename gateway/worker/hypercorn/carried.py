@@ -36,34 +36,13 @@ hypercorn gives its own, then cancels them.
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from gateway import logs
+from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
 
-LAST_CHUNK = b"0\r\n\r\n"
 _carried_apps: set[asyncio.Task] = set()
 
 log = logs.get("worker")
-
-
-class _Framed:
-    """The last body framed, and its frame: a pass hands the same shared batch (one bytes
-    object, window.py's `Batch`) to every watcher in step, so it is framed once for all of
-    them, not copied once per watcher. One entry: the bytes of one piece at most."""
-
-    body: bytes = b""
-    frame: bytes = b"0\r\n\r\n"
-
-
-def chunk(body: bytes) -> bytes:
-    """`body` as one HTTP/1.1 chunk, framed as h11 frames it: one buffer for the transport,
-    made once per body (`_Framed`). `writelines((size, body, CRLF))` (no copy, three buffers
-    per write) showed no gain in memory or CPU, and fast readers beside stalled ones lagged no
-    less often (loadtest/RESULTS.md, runs 4 and 5)."""
-    if body is not _Framed.body:
-        _Framed.frame = b"%x\r\n%b\r\n" % (len(body), body)
-        _Framed.body = body
-    return _Framed.frame
 
 
 class Relay:
@@ -251,19 +230,6 @@ class Carried(asyncio.Protocol):
         transport, self.transport, self._listener = self.transport, None, None
         if transport is not None and not transport.is_closing():
             transport.close()  # the stream is over: so is its connection
-
-
-def cork_until_fin(transport: asyncio.Transport) -> None:
-    """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
-    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end on
-    either path (http11_fixes.py's too). Plain TCP only: a TLS transport cannot write an EOF,
-    and its end is its close_notify."""
-    if not transport.can_write_eof():
-        return
-    try:
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-    except (AttributeError, OSError):
-        pass  # no socket, or the connection is going: the FIN follows as before
 
 
 def carry(relay: Relay, writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> Carried | None:

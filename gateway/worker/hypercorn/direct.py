@@ -26,6 +26,7 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
+from gateway.worker.http.front import Front
 from gateway.worker.hypercorn import carried, lean
 from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
 
@@ -99,7 +100,11 @@ def find(send: Send, receive: Receive) -> DirectSink | None:
 
 def sink_for(send: Send, receive: Receive):
     """The fastest sink this connection allows: carried out of hypercorn (carried.py) where
-    the app runs under `carrying`, else direct where found, else ASGI."""
+    the app runs under `carrying`, else direct where found, else ASGI. A stream the front
+    serves (gateway/worker/http/front.py) is its own sink: its send is the front's."""
+    front = getattr(send, "__self__", None)
+    if isinstance(front, Front):
+        return front
     relay = carried.relay_of(send)
     if relay is not None:
         found = _writer_of(relay.send_to)

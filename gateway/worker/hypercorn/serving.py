@@ -21,6 +21,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
+from gateway.worker.http import front
 from gateway.worker.hypercorn import accept, carried, patches
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
@@ -75,10 +76,14 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # What h11 buffers of an unfinished head. The app checks the finished head exactly
     # (door.Admission, 431 with problem details); this cap, the limit plus each line's framing,
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
-    hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
-                                  + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    hc.h11_max_incomplete_size = incomplete_head_cap(config)
     tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
     return hc
+
+
+def incomplete_head_cap(config: Config) -> int:
+    """The bytes of an unfinished head a connection may buffer: the limit plus each line's framing."""
+    return config.max_header_bytes + REQUEST_LINE_EXTRA + HEAD_LINE_FRAMING * (config.max_headers + 1)
 
 
 def run(main: Coroutine) -> None:
@@ -93,8 +98,11 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     loop = asyncio.get_running_loop()
     if isinstance(loop, accept.Loop):
         loop.busier = busier
+        if front.enabled():
+            loop.front = front.FrontSettings(app, config, incomplete_head_cap(config))
     try:
         await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
                               shutdown_trigger=shutdown)
     finally:
         await carried.end_carried(GRACE_SECONDS)
+        await front.end_served(GRACE_SECONDS)
