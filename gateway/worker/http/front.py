@@ -252,28 +252,29 @@ class Front(asyncio.Protocol):
         transport.write(framing.error_answer(status, detail))
         _close(transport)
 
-    def _hand_on(self) -> None:
-        """The connection becomes hypercorn's, with every byte read so far."""
+    def _hand_on(self):
+        """The connection becomes hypercorn's, with every byte read so far (and the client's
+        EOF, if it came: what its protocol answers to it is the transport's answer)."""
         self._cancel_timer()
         transport, self.transport = self.transport, None
         if transport is None or transport.is_closing():
-            return
+            return None
         protocol = self.factory()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         if self.buffer:
             protocol.data_received(bytes(self.buffer))
-        if self.left:
-            protocol.eof_received()
         self.buffer = self.request = self.parser = None
+        return protocol.eof_received() if self.left else None
 
     def eof_received(self):
-        if self.transport is not None and not self.served and self.request is not None:
-            # a half-close after a request hypercorn will answer: hand on, then its EOF
+        if not self.served and self.transport is not None:
+            # before a whole stream request: hypercorn's, EOF and all, as before the front
             self.left = True
-            return True
+            return self._hand_on()
+        # after one: a stream's watcher has left (its stream ends), a refusal is still answered
         self._leave()
-        return None
+        return True
 
     def connection_lost(self, exc) -> None:
         self._cancel_timer()
