@@ -44,6 +44,7 @@ from gateway.config import Config
 from gateway.protocol.activation import STREAM_METHODS
 from gateway.worker.door import is_json_content_type
 from gateway.worker.http import framing, head_checks
+from gateway.worker.http.head_checks import Parsed
 
 SWITCH = "MURGW_TEST_STREAM_PATH"  # "hypercorn": every connection goes straight to hypercorn (tests only)
 H2_PREFACE = b"PRI * HTTP/2.0"
@@ -68,33 +69,6 @@ class FrontSettings:
         self.app, self.config, self.incomplete_cap = app, config, incomplete_cap
 
 
-class _Request:
-    """What the parser read of one request: its URL, headers (names lowercased), body."""
-
-    __slots__ = ("url", "headers", "body", "size", "complete")
-
-    def __init__(self):
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.size = 0
-        self.complete = False
-
-    # httptools' callbacks
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
-
-    def on_body(self, body: bytes) -> None:
-        self.size += len(body)
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-
 class Front(asyncio.Protocol):
     """One accepted connection until it is handed to hypercorn, or, for a stream, for good:
     then it is the stream's sink (sink.py) too."""
@@ -109,7 +83,7 @@ class Front(asyncio.Protocol):
         self.scheme = "http"
         self.buffer = bytearray()  # every byte read, until the request is whole (or handed on)
         self.head_size = 0  # bytes of the head, once whole
-        self.request: _Request | None = None
+        self.request: Parsed | None = None
         self.parser = None
         self.timer: asyncio.TimerHandle | None = None
         self.length = 0
@@ -139,7 +113,11 @@ class Front(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.served:
-            return  # a stream's request is whole: what follows is ignored
+            # Its request is whole: kept (bounded) for hypercorn in case the answer is not a
+            # stream and the connection stays open; ignored once a stream's head is written.
+            if self.buffer is not None and len(self.buffer) <= self.settings.incomplete_cap:
+                self.buffer += data
+            return
         self.buffer += data
         if self.request is None:
             self._read_head()
@@ -153,26 +131,22 @@ class Front(asyncio.Protocol):
                 self._hand_on()
             return
         end = buffer.find(HEAD_END)
-        raw = bytes(buffer if end < 0 else buffer[:end + 2])
-        problem = head_checks.line_problem(raw)
-        if problem is not None:
-            return self._refuse_head(400, problem)
-        if end < 0:
+        if end < 0:  # an ambiguous line is refused as soon as it arrives, not at the head's end
+            problem = head_checks.line_problem(bytes(buffer))
+            if problem is not None:
+                return self._refuse_head(400, problem)
             if len(buffer) > self.settings.incomplete_cap:
                 self._refuse_head(431, "the request head is larger than this door buffers")
             return
         self.head_size = end + 4
-        request = self.request = _Request()
-        parser = self.parser = httptools.HttpRequestParser(request)
         try:
-            parser.feed_data(bytes(buffer[:self.head_size]))
-        except httptools.HttpParserUpgrade:
-            return self._hand_on()
-        except httptools.HttpParserError:
-            return self._hand_on()  # not HTTP/1.x as it reads it: hypercorn answers it
-        problem = head_checks.header_problem(request.headers)
-        if problem is not None:
-            return self._refuse_head(400, problem)
+            request, self.parser = head_checks.read_head(bytes(buffer[:self.head_size]))
+        except head_checks.Ambiguous as refusal:
+            return self._refuse_head(400, str(refusal))
+        if request is None:
+            return self._hand_on()  # not HTTP/1.x as httptools reads it, or an upgrade: hypercorn's
+        self.request = request
+        parser = self.parser
         if not self._ours(parser, request):
             return self._hand_on()
         self._cancel_timer()
@@ -181,7 +155,7 @@ class Front(asyncio.Protocol):
         if rest or request.complete:
             self._read_body(rest)
 
-    def _ours(self, parser, request: _Request) -> bool:
+    def _ours(self, parser, request: Parsed) -> bool:
         """Whether the head may be a stream request: else hypercorn's, body unread."""
         if parser.get_method() != b"POST" or request.url != b"/" or parser.get_http_version() != "1.1":
             return False
@@ -231,7 +205,7 @@ class Front(asyncio.Protocol):
             return self._refuse_head(400, "a stream request's body is not chunked")
         self._cancel_timer()
         self.served = True
-        del self.buffer[:]
+        del self.buffer[:self.head_size + self.length]  # what follows may be the next request
         self.parser = None
         self._serve(body)
 
@@ -347,6 +321,8 @@ class Front(asyncio.Protocol):
             block, self.chunked_answer = framing.head(message["status"], headers)
             # a stream, and a refusal that says so, close the connection after the answer
             self.close_after = self.chunked_answer or framing.closes(headers)
+            if self.chunked_answer:
+                self.buffer = None  # what the client sends after a stream request is ignored
             transport.write(block)
             return
         body = message.get("body", b"")
@@ -391,7 +367,11 @@ class Front(asyncio.Protocol):
             framing.cork_until_fin(transport)
             transport.write(framing.LAST_CHUNK)
             self.chunked_answer = False
-        _close(transport)
+        if self.close_after or self.buffer is None or self.left:
+            _close(transport)
+        else:  # a refusal that keeps the connection: its next request is hypercorn's
+            self.served = False
+            self._hand_on()
 
     def abort(self) -> None:
         if self.transport is not None:
