@@ -182,3 +182,26 @@ def test_a_streams_end_and_its_close_arrive_together(gateways):
                 read_until(sock, lambda d: d.endswith(b"\r\n0\r\n\r\n"))
                 sock.setblocking(False)
                 assert sock.recv(1) == b""  # BlockingIOError: the close was not there yet
+
+
+def answer_bytes(port: int, request: bytes) -> bytes:
+    """One answer with a Content-Length, read to its end on a connection that stays open."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(request)
+        data = read_until(sock, lambda d: b"\r\n\r\n" in d)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += sock.recv(65536)
+    return head + b"\r\n\r\n" + rest
+
+
+@pytest.mark.parametrize("request_bytes", [
+    post("murmur.WatchSession", {}).replace(b"A2A-Version: 1.0", b"A2A-Version: 9.0"),
+    post("SubscribeToTask", {"id": "tsk_none"}),
+    post("murmur.WatchSession", {}).replace(b'"params":{}', b'"params":[1]').replace(b"Length: 67", b"Length: 68"),
+], ids=["A2A-Version", "unknown task", "params not an object"])
+def test_a_refused_stream_request_reads_alike(gateways, request_bytes):
+    answers = each(gateways, lambda gw: answer_bytes(gw.port, request_bytes))
+    assert answers["front"] == answers["hypercorn"]
+    assert answers["front"].startswith(b"HTTP/1.1 200 OK\r\n") and b'"error"' in answers["front"]

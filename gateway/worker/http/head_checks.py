@@ -76,7 +76,15 @@ def read_head(head: bytes):
     problem = header_problem(request.headers)
     if problem is not None:
         raise Ambiguous(problem)
+    if not well_formed(request, parser):
+        return None, None
     return request, parser
+
+
+def well_formed(request: Parsed, parser) -> bool:
+    """What h11 requires that llhttp lets pass (not ambiguous: hypercorn refuses it, 400)."""
+    hosts = sum(1 for name, _ in request.headers if name == b"host")
+    return hosts == 1 or (hosts == 0 and parser.get_http_version() == "1.0")
 
 
 
