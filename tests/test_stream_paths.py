@@ -29,15 +29,19 @@ def normalised(raw: bytes) -> bytes:
     return VARYING.sub(lambda m: b"#" * len(m.group(0)), raw)
 
 
+@contextlib.contextmanager
+def both_paths(tmp_path_factory, *args: str, **options):
+    """One single-worker gateway on each path: {"front": gateway, "hypercorn": gateway}."""
+    with contextlib.ExitStack() as stack:
+        yield {path: stack.enter_context(running_gateway(*args, workers=1, metrics=True, env=env,
+                                                         tmp_path=tmp_path_factory.mktemp(path), **options))
+               for path, env in PATHS.items()}
+
+
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory):
     """Both paths at once: {"front": gateway, "hypercorn": gateway}."""
-    with contextlib.ExitStack() as stack:
-        running = {}
-        for path, env in PATHS.items():
-            running[path] = stack.enter_context(running_gateway(
-                "--header-timeout", "120", workers=1, heartbeat=0.3, metrics=True,
-                tmp_path=tmp_path_factory.mktemp(path), env=env))
+    with both_paths(tmp_path_factory, "--header-timeout", "120", heartbeat=0.3) as running:
         yield running
 
 
@@ -142,12 +146,7 @@ def lagged_chunk(gw) -> bytes:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     """Both paths at once, each under 500 events a second."""
-    with contextlib.ExitStack() as stack:
-        running = {}
-        for path, env in PATHS.items():
-            running[path] = stack.enter_context(running_gateway(
-                "--sim-load", "500", "--sim-load-size", "300", workers=1, metrics=True,
-                tmp_path=tmp_path_factory.mktemp(f"loaded-{path}"), env=env))
+    with both_paths(tmp_path_factory, "--sim-load", "500", "--sim-load-size", "300") as running:
         yield running
 
 

@@ -45,13 +45,14 @@ from gateway.protocol.activation import STREAM_METHODS
 from gateway.worker.door import is_json_content_type
 from gateway.worker.http import framing, head_checks
 from gateway.worker.http.head_checks import Parsed
+from gateway.worker.http.transport_sink import TransportSink, close
 
 SWITCH = "MURGW_TEST_STREAM_PATH"  # "hypercorn": every connection goes straight to hypercorn (tests only)
 H2_PREFACE = b"PRI * HTTP/2.0"
 HEAD_END = b"\r\n\r\n"
 HANDED_ON = ("upgrade", "expect")  # a request with one of these is hypercorn's
 BAD_REQUEST = "the request is not well-formed HTTP/1.1"
-_apps: set[asyncio.Task] = set()  # the app runs of the front's requests (a stream's, while it lasts)
+APPS: set[asyncio.Task] = set()  # the app runs of the front's requests (a stream's, while it lasts)
 
 log = logs.get("worker")
 
@@ -69,17 +70,16 @@ class FrontSettings:
         self.app, self.config, self.incomplete_cap = app, config, incomplete_cap
 
 
-class Front(asyncio.Protocol):
+class Front(TransportSink):
     """One accepted connection until it is handed to hypercorn, or, for a stream, for good:
     then it is the stream's sink (sink.py) too."""
 
-    __slots__ = ("settings", "factory", "transport", "scheme", "buffer", "head_size", "request", "parser",
-                 "timer", "length", "chunked", "served", "left", "high_water", "chunked_answer",
-                 "close_after", "_listener", "_paused", "_drained", "_gone", "__weakref__")
+    __slots__ = ("settings", "factory", "scheme", "buffer", "head_size", "request", "parser", "timer", "length",
+                 "chunked", "served", "chunked_answer", "close_after", "_gone")
 
     def __init__(self, factory, settings: FrontSettings):
+        super().__init__(None)
         self.settings, self.factory = settings, factory
-        self.transport: asyncio.Transport | None = None
         self.scheme = "http"
         self.buffer = bytearray()  # every byte read, until the request is whole (or handed on)
         self.head_size = 0  # bytes of the head, once whole
@@ -89,13 +89,8 @@ class Front(asyncio.Protocol):
         self.length = 0
         self.chunked = False
         self.served = False  # the app runs for this request: nothing more is read
-        self.left = False  # the client sent EOF, or the connection broke
-        self.high_water = 0
         self.chunked_answer = False
         self.close_after = False
-        self._listener = None
-        self._paused = False  # past the transport's high-water mark, until resume_writing
-        self._drained: asyncio.Future | None = None
         self._gone: asyncio.Future | None = None  # the app's receive, waiting for the client to leave
 
     # --- reading the request ---
@@ -224,7 +219,7 @@ class Front(asyncio.Protocol):
         self.served = True
         transport = self.transport
         transport.write(framing.error_answer(status, detail))
-        _close(transport)
+        close(transport)
 
     def _hand_on(self):
         """The connection becomes hypercorn's, with every byte read so far (and the client's
@@ -252,26 +247,10 @@ class Front(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._cancel_timer()
-        self._leave()
-        self._wake()
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._wake()
-
-    def _wake(self) -> None:
-        drained, self._drained = self._drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        super().connection_lost(exc)
 
     def _leave(self) -> None:
-        if not self.left:
-            self.left = True
-            if self._listener is not None:
-                self._listener.poke()
+        super()._leave()
         gone, self._gone = self._gone, None
         if gone is not None and not gone.done():
             gone.set_result(None)
@@ -302,11 +281,11 @@ class Front(asyncio.Protocol):
             return {"type": "http.disconnect"}
 
         task = asyncio.get_running_loop().create_task(self.settings.app(scope, receive, self.send))
-        _apps.add(task)
+        APPS.add(task)
         task.add_done_callback(self._app_done)
 
     def _app_done(self, task: asyncio.Task) -> None:
-        _apps.discard(task)
+        APPS.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("a stream request's app failed", error=repr(task.exception()))
         self.release()
@@ -334,75 +313,32 @@ class Front(asyncio.Protocol):
         if not message.get("more_body", False):
             await self.end()
 
-    # --- the sink (sink.py) ---
-
-    @property
-    def closed(self) -> bool:
-        return self.left or self.transport is None or self.transport.is_closing()
-
-    @property
-    def blocked(self) -> bool:
-        return self.transport.get_write_buffer_size() > self.high_water
-
-    def write(self, body: bytes) -> bool:
-        transport = self.transport
-        transport.write(framing.chunk(body))
-        return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
-
-    async def drain(self) -> None:
-        """Until the transport's buffer is back under its low-water mark (as a writer's drain)."""
-        while self._paused and not self.closed:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
+    # --- the sink (sink.py, transport_sink.py) ---
 
     async def end(self) -> None:
-        """The terminating chunk (a chunked answer), then the FIN, in one segment where the
-        transport allows (`cork_until_fin`): the head said keep-alive, yet the connection
-        closes after a stream, so a client that pools connections must find the close already
-        there once it has read the response's end, or it sends its next request into it."""
+        """The answer's end: a stream's as `TransportSink.end`; after a refusal, the close, or
+        (the answer kept the connection) the next request handed to hypercorn."""
+        if self.chunked_answer:
+            self.chunked_answer = False
+            await super().end()
+            return
         transport = self.transport
         if transport is None or self.closed:
             return
-        if self.chunked_answer:
-            framing.cork_until_fin(transport)
-            transport.write(framing.LAST_CHUNK)
-            self.chunked_answer = False
-        if self.close_after or self.buffer is None or self.left:
-            _close(transport)
-        else:  # a refusal that keeps the connection: its next request is hypercorn's
+        if self.close_after or self.buffer is None:
+            close(transport)
+        else:
             self.served = False
             self._hand_on()
 
-    def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-        self._leave()
 
-    def on_disconnect(self, listener) -> None:
-        self._listener = listener
-        if self.left:
-            listener.poke()
-
-    def release(self) -> None:
-        transport, self.transport, self._listener = self.transport, None, None
-        if transport is not None and not transport.is_closing():
-            transport.close()  # the request is over: so is its connection
-
-
-def _close(transport: asyncio.Transport) -> None:
-    try:
-        transport.write_eof()
-    except (NotImplementedError, OSError, RuntimeError):
-        pass  # TLS: the close says it
-    transport.close()
-
-
-async def end_served(grace: float) -> None:
-    """The server stops: as hypercorn does with its own, give every front request's app
-    `grace` seconds to end (the hub has ended the streams), then cancel what is left."""
-    if _apps:
-        await asyncio.wait(list(_apps), timeout=grace)
-    for task in list(_apps):
+async def end_apps(apps: set[asyncio.Task], grace: float) -> None:
+    """The server stops: as hypercorn does with its own, give every app run that outlives its
+    request (a stream's: the front's, a carried one's) `grace` seconds to end (the hub has
+    ended the streams), then cancel what is left."""
+    if apps:
+        await asyncio.wait(list(apps), timeout=grace)
+    for task in list(apps):
         task.cancel()
-    if _apps:
-        await asyncio.wait(list(_apps))
+    if apps:
+        await asyncio.wait(list(apps))

@@ -104,5 +104,4 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
         await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
                               shutdown_trigger=shutdown)
     finally:
-        await carried.end_carried(GRACE_SECONDS)
-        await front.end_served(GRACE_SECONDS)
+        await front.end_apps(carried.CARRIED_APPS | front.APPS, GRACE_SECONDS)
