@@ -26,6 +26,7 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
+from gateway.worker.http.framing import chunk
 from gateway.worker.http.front import Front
 from gateway.worker.hypercorn import carried, lean
 from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
@@ -57,7 +58,7 @@ class DirectSink(Connection):
         """False past the high-water mark, and when the write failed (the peer reset; a FIN is
         noticed on the read side, http11_fixes.py)."""
         transport = self.transport
-        transport.write(carried.chunk(body))
+        transport.write(chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     async def drain(self) -> None:
