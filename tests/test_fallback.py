@@ -50,3 +50,10 @@ def test_plain_http_refusal_on_the_tls_port_still_answers(tmp_path, certs):
         with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
             assert sock.recv(65536).startswith(b"HTTP/1.1 400 ")
+
+
+def test_http2_prior_knowledge_on_the_plain_port_is_closed(tmp_path):
+    with running_gateway(workers=1, env=MOVED, tmp_path=tmp_path) as gw:
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000"))
+            assert sock.recv(65536) == b""  # closed, nothing served over an HTTP/2 it cannot bound

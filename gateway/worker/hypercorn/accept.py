@@ -33,6 +33,7 @@ import uvloop
 
 from gateway import logs
 from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS
+from gateway.worker.http.front import Front, FrontSettings
 from gateway.worker.hypercorn import plain_http
 
 RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
@@ -46,8 +47,11 @@ class BurstServer:
     (`close`, `wait_closed`) and a little of asyncio.Server's surface."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int,
-                 busier=None, tls: dict | None = None):
+                 busier=None, tls: dict | None = None, front: FrontSettings | None = None):
         self._loop, self._factory, self._sock = loop, protocol_factory, sock
+        # Each connection starts with the worker's own front (gateway/worker/http/front.py),
+        # which hands it to hypercorn's protocol unless it is a stream request
+        self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
         self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/tls.py)
         self._fd = sock.fileno()
         self._retry: asyncio.TimerHandle | None = None
@@ -103,7 +107,7 @@ class BurstServer:
                 if left is None:
                     return
                 tls = {**tls, "ssl_handshake_timeout": left}
-            await self._loop.connect_accepted_socket(self._factory, conn, **tls)
+            await self._loop.connect_accepted_socket(self._protocol, conn, **tls)
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
             conn.close()
@@ -131,6 +135,7 @@ class Loop(uvloop.Loop):
     `busier`, set by `serving.serve`, is handed to them (balance between workers)."""
 
     busier = None
+    front = None  # FrontSettings: each connection starts with the front (serving.serve)
 
     async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
                             ssl=None, ssl_handshake_timeout=None, **kwargs):
@@ -139,4 +144,4 @@ class Loop(uvloop.Loop):
             return await super().create_server(protocol_factory, host, port, sock=sock, backlog=backlog, ssl=ssl,
                                                ssl_handshake_timeout=ssl_handshake_timeout, **kwargs)
         tls = None if ssl is None else {"ssl": ssl, "ssl_handshake_timeout": ssl_handshake_timeout}
-        return BurstServer(self, protocol_factory, sock, backlog, self.busier, tls)
+        return BurstServer(self, protocol_factory, sock, backlog, self.busier, tls, self.front)

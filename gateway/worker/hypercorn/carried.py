@@ -29,41 +29,20 @@ for (direct.py's `sink_for`, after the head is written), `carry` moves the trans
 What this follows of asyncio's streams and uvloop's transports is in the patch table
 (patches.CARRY, checked at start); where it moved, streams are served as before, by the
 direct sink inside hypercorn. HTTP/2, HTTP/1.0, WebSocket and every non-stream answer never
-leave hypercorn. When the server stops, `end_carried` gives the carried apps the grace
+leave hypercorn. When the server stops, `front.end_apps` gives the carried apps the grace
 hypercorn gives its own, then cancels them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from gateway import logs
+from gateway.worker.http.transport_sink import TransportSink
 
-LAST_CHUNK = b"0\r\n\r\n"
-_carried_apps: set[asyncio.Task] = set()
+CARRIED_APPS: set[asyncio.Task] = set()
 
 log = logs.get("worker")
-
-
-class _Framed:
-    """The last body framed, and its frame: a pass hands the same shared batch (one bytes
-    object, window.py's `Batch`) to every watcher in step, so it is framed once for all of
-    them, not copied once per watcher. One entry: the bytes of one piece at most."""
-
-    body: bytes = b""
-    frame: bytes = b"0\r\n\r\n"
-
-
-def chunk(body: bytes) -> bytes:
-    """`body` as one HTTP/1.1 chunk, framed as h11 frames it: one buffer for the transport,
-    made once per body (`_Framed`). `writelines((size, body, CRLF))` (no copy, three buffers
-    per write) showed no gain in memory or CPU, and fast readers beside stalled ones lagged no
-    less often (loadtest/RESULTS.md, runs 4 and 5)."""
-    if body is not _Framed.body:
-        _Framed.frame = b"%x\r\n%b\r\n" % (len(body), body)
-        _Framed.body = body
-    return _Framed.frame
 
 
 class Relay:
@@ -112,7 +91,7 @@ def carrying(app):
                 task.cancel()
             raise
         if not task.done():  # carried: the app serves its stream on, in its own task
-            _carried_apps.add(task)
+            CARRIED_APPS.add(task)
             task.add_done_callback(_carried_app_done)
             return None
         relay.let_go()
@@ -121,20 +100,9 @@ def carrying(app):
 
 
 def _carried_app_done(task: asyncio.Task) -> None:
-    _carried_apps.discard(task)
+    CARRIED_APPS.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.warning("a carried stream's app failed", error=repr(task.exception()))
-
-
-async def end_carried(grace: float) -> None:
-    """The server stops: as hypercorn does with its own, give every carried stream's app
-    `grace` seconds to end (the hub has ended the streams), then cancel what is left."""
-    if _carried_apps:
-        await asyncio.wait(list(_carried_apps), timeout=grace)
-    for task in list(_carried_apps):
-        task.cancel()
-    if _carried_apps:
-        await asyncio.wait(list(_carried_apps))
 
 
 class CutTransport:
@@ -159,111 +127,16 @@ class CutTransport:
 CUT = CutTransport()
 
 
-class Carried(asyncio.Protocol):
+class Carried(TransportSink):
     """A carried stream's connection: its transport's protocol and the stream's sink (sink.py)."""
 
-    __slots__ = ("transport", "high_water", "left", "_listener", "_paused", "_drained")
+    __slots__ = ()
 
-    def __init__(self, transport: asyncio.Transport, left: bool, paused: bool):
-        self.transport = transport
-        self.high_water = transport.get_write_buffer_limits()[1]
-        self.left = left  # the client sent EOF (or reset) before it was carried
-        self._listener = None
-        self._paused = paused  # past the transport's high-water mark, until resume_writing
-        self._drained: asyncio.Future | None = None
-
-    # the protocol: only the client's leaving, and the write side's flow
     def data_received(self, data: bytes) -> None:
         pass  # a stream's request is whole: nothing more is read
 
     def eof_received(self) -> None:
         self._leave()  # a watcher's FIN is its leaving (None: the transport closes)
-
-    def connection_lost(self, exc) -> None:
-        self._leave()
-        self._wake()
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self._wake()
-
-    def _wake(self) -> None:
-        drained, self._drained = self._drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
-
-    def _leave(self) -> None:
-        if not self.left:
-            self.left = True
-            if self._listener is not None:
-                self._listener.poke()
-
-    # the sink
-    @property
-    def closed(self) -> bool:
-        return self.left or self.transport is None or self.transport.is_closing()
-
-    @property
-    def blocked(self) -> bool:
-        return self.transport.get_write_buffer_size() > self.high_water
-
-    def write(self, body: bytes) -> bool:
-        transport = self.transport
-        transport.write(chunk(body))
-        return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
-
-    async def drain(self) -> None:
-        """Until the transport's buffer is back under its low-water mark (as a writer's drain)."""
-        while self._paused and not self.closed:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-
-    async def end(self) -> None:
-        """The terminating chunk, then the FIN, in one segment where the transport allows
-        (`cork_until_fin`): the head said keep-alive, yet the connection closes after a stream
-        (http11_fixes.py), so a client that pools connections must find the close already
-        there once it has read the response's end, or it sends its next request into it."""
-        transport = self.transport
-        if transport is None or self.closed:
-            return
-        cork_until_fin(transport)
-        transport.write(LAST_CHUNK)
-        try:
-            transport.write_eof()
-        except (NotImplementedError, OSError, RuntimeError):
-            pass  # TLS: the close below says it
-        transport.close()
-
-    def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-        self._leave()
-
-    def on_disconnect(self, listener) -> None:
-        self._listener = listener
-        if self.left:
-            listener.poke()
-
-    def release(self) -> None:
-        transport, self.transport, self._listener = self.transport, None, None
-        if transport is not None and not transport.is_closing():
-            transport.close()  # the stream is over: so is its connection
-
-
-def cork_until_fin(transport: asyncio.Transport) -> None:
-    """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
-    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end on
-    either path (http11_fixes.py's too). Plain TCP only: a TLS transport cannot write an EOF,
-    and its end is its close_notify."""
-    if not transport.can_write_eof():
-        return
-    try:
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-    except (AttributeError, OSError):
-        pass  # no socket, or the connection is going: the FIN follows as before
 
 
 def carry(relay: Relay, writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> Carried | None:

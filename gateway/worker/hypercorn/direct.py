@@ -26,6 +26,8 @@ import asyncio
 import h11
 from h11._writers import ChunkedWriter
 
+from gateway.worker.http.framing import chunk
+from gateway.worker.http.front import Front
 from gateway.worker.hypercorn import carried, lean
 from gateway.worker.hypercorn.asgi import AsgiSink, Connection, Receive, Send
 
@@ -56,7 +58,7 @@ class DirectSink(Connection):
         """False past the high-water mark, and when the write failed (the peer reset; a FIN is
         noticed on the read side, http11_fixes.py)."""
         transport = self.transport
-        transport.write(carried.chunk(body))
+        transport.write(chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     async def drain(self) -> None:
@@ -99,7 +101,11 @@ def find(send: Send, receive: Receive) -> DirectSink | None:
 
 def sink_for(send: Send, receive: Receive):
     """The fastest sink this connection allows: carried out of hypercorn (carried.py) where
-    the app runs under `carrying`, else direct where found, else ASGI."""
+    the app runs under `carrying`, else direct where found, else ASGI. A stream the front
+    serves (gateway/worker/http/front.py) is its own sink: its send is the front's."""
+    front = getattr(send, "__self__", None)
+    if isinstance(front, Front):
+        return front
     relay = carried.relay_of(send)
     if relay is not None:
         found = _writer_of(relay.send_to)

@@ -34,7 +34,7 @@ import h11
 from hypercorn.events import Closed
 from hypercorn.protocol.h11 import H11Protocol
 
-from gateway.worker.hypercorn.carried import cork_until_fin
+from gateway.worker.http.framing import cork_until_fin
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
 EVENT_STREAM = b"text/event-stream"

@@ -23,6 +23,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
+from gateway.worker.http import front
 from gateway.worker.hypercorn import accept, carried, patches
 from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway.worker.hypercorn.direct import sink_for
@@ -89,13 +90,17 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # What h11 buffers of an unfinished head. The app checks the finished head exactly
     # (door.Admission, 431 with problem details); this cap, the limit plus each line's framing,
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
-    hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
-                                  + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    hc.h11_max_incomplete_size = incomplete_head_cap(config)
     if patches.HTTP11 in _missing:
         hc.keep_alive_max_requests = 1  # a public setting: no h11 connection serves a second request
     tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout,
                   h2=patches.H2 not in _missing)
     return hc
+
+
+def incomplete_head_cap(config: Config) -> int:
+    """The bytes of an unfinished head a connection may buffer: the limit plus each line's framing."""
+    return config.max_header_bytes + REQUEST_LINE_EXTRA + HEAD_LINE_FRAMING * (config.max_headers + 1)
 
 
 def run(main: Coroutine) -> None:
@@ -110,8 +115,10 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     loop = asyncio.get_running_loop()
     if isinstance(loop, accept.Loop):
         loop.busier = busier
+        if front.enabled():
+            loop.front = front.FrontSettings(app, config, incomplete_head_cap(config), h2=patches.H2 not in _missing)
     try:
         await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
                               shutdown_trigger=shutdown)
     finally:
-        await carried.end_carried(GRACE_SECONDS)
+        await front.end_apps(carried.CARRIED_APPS | front.APPS, GRACE_SECONDS)

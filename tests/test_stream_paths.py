@@ -1,11 +1,8 @@
-"""The lean stream connection (gateway/worker/hypercorn/carried.py): once an HTTP/1.1 stream's
-head is written, its connection leaves hypercorn, and the bytes on the wire are those of the
-path that stays inside hypercorn (the direct sink), which a worker takes when the patch
-table's CARRY rows do not hold.
-
-Each gateway runs with a `sitecustomize` on its PYTHONPATH (every process imports it at
-start): it notes each carried connection on stderr, and for the fallback it adds a row that
-cannot hold to `patches.CARRY`, so the worker's check at start fails as on a moved release.
+"""The front (gateway/worker/http/front.py) serves an HTTP/1.1 stream from its first byte; the
+bytes on the wire are those hypercorn wrote before it: each case runs on a gateway with the
+front and on one with the test-only switch `MURGW_TEST_STREAM_PATH=hypercorn` (every
+connection straight to hypercorn), and the bytes are compared: head, chunks, heartbeats, the
+end, a reset, a half-close, a stalled reader that lags.
 """
 
 from __future__ import annotations
@@ -14,32 +11,14 @@ import contextlib
 import re
 import socket
 import struct
-import textwrap
 
 import pytest
 
-from gateway.worker.hypercorn.carried import chunk
+from gateway.worker.http.framing import chunk
+from gateway.worker.http.front import SWITCH
 from support import dechunk, post, running_gateway, scrape, until_close, user_message, wait_for
 
-CARRIED = "carried-connection"
-PROBE = f'''
-from gateway.worker.hypercorn import carried
-
-_carry = carried.carry
-
-def carry(*args):
-    lean = _carry(*args)
-    if lean is not None:
-        import sys
-        print("{CARRIED}", file=sys.stderr, flush=True)
-    return lean
-
-carried.carry = carry
-'''
-FALLBACK = '''
-from gateway.worker.hypercorn import patches
-patches.CARRY = (*patches.CARRY, patches.Row("uvloop.loop:TCPTransport", "moved_away", None, "uvloop"))
-'''
+PATHS = {"front": {}, "hypercorn": {SWITCH: "hypercorn"}}
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 # ids and timestamps differ between runs; each is replaced by a mark of the same length, so
 # every chunk's size line still compares
@@ -50,17 +29,19 @@ def normalised(raw: bytes) -> bytes:
     return VARYING.sub(lambda m: b"#" * len(m.group(0)), raw)
 
 
+@contextlib.contextmanager
+def both_paths(tmp_path_factory, *args: str, **options):
+    """One single-worker gateway on each path: {"front": gateway, "hypercorn": gateway}."""
+    with contextlib.ExitStack() as stack:
+        yield {path: stack.enter_context(running_gateway(*args, workers=1, metrics=True, env=env,
+                                                         tmp_path=tmp_path_factory.mktemp(path), **options))
+               for path, env in PATHS.items()}
+
+
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory):
-    """Both paths at once: {"carried": gateway, "inside": gateway}."""
-    with contextlib.ExitStack() as stack:
-        running = {}
-        for path in ("carried", "inside"):
-            folder = tmp_path_factory.mktemp(path)
-            (folder / "sitecustomize.py").write_text(textwrap.dedent(PROBE + (FALLBACK if path == "inside" else "")))
-            running[path] = stack.enter_context(running_gateway(
-                "--header-timeout", "120", workers=1, heartbeat=0.3, metrics=True, tmp_path=folder,
-                env={"PYTHONPATH": str(folder)}))
+    """Both paths at once: {"front": gateway, "hypercorn": gateway}."""
+    with both_paths(tmp_path_factory, "--header-timeout", "120", heartbeat=0.3) as running:
         yield running
 
 
@@ -88,16 +69,6 @@ def each(gateways, answer) -> dict:
     return {path: answer(gw) for path, gw in gateways.items()}
 
 
-def test_the_path_taken(gateways):
-    """Carried where the check holds; inside hypercorn, logged once, where it does not."""
-    for gw in gateways.values():
-        until_close(gw.port, post("SendStreamingMessage", user_message("hello")))
-    carried, inside = gateways["carried"].stderr(), gateways["inside"].stderr()
-    assert CARRIED in carried and "streams stay inside hypercorn" not in carried
-    assert CARRIED not in inside
-    assert "streams stay inside hypercorn after their head" in inside and "moved_away" in inside
-
-
 def test_a_task_stream_head_events_and_end(gateways):
     def answer(gw):
         raw = until_close(gw.port, post("SendStreamingMessage", user_message("hello")))
@@ -106,12 +77,12 @@ def test_a_task_stream_head_events_and_end(gateways):
         # into chunks follows the timing, so the head and the events compare
         return head, normalised(dechunk(body))
     answers = each(gateways, answer)
-    assert answers["carried"] == answers["inside"]
+    assert answers["front"] == answers["hypercorn"]
 
 
 def test_a_watch_head_ack_and_heartbeats(gateways):
     answers = each(gateways, lambda gw: normalised(watch_bytes(gw.port)))
-    assert answers["carried"] == answers["inside"]
+    assert answers["front"] == answers["hypercorn"]
 
 
 def test_a_half_closed_watcher_has_left(gateways):
@@ -122,7 +93,7 @@ def test_a_half_closed_watcher_has_left(gateways):
         assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and not raw.endswith(b"0\r\n\r\n")
         return raw.partition(b"\r\n\r\n")[0]
     answers = each(gateways, answer)
-    assert answers["carried"] == answers["inside"]
+    assert answers["front"] == answers["hypercorn"]
 
 
 def test_a_reset_watcher_has_left(gateways):
@@ -175,21 +146,14 @@ def lagged_chunk(gw) -> bytes:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     """Both paths at once, each under 500 events a second."""
-    with contextlib.ExitStack() as stack:
-        running = {}
-        for path in ("carried", "inside"):
-            folder = tmp_path_factory.mktemp(f"loaded-{path}")
-            (folder / "sitecustomize.py").write_text(textwrap.dedent(PROBE + (FALLBACK if path == "inside" else "")))
-            running[path] = stack.enter_context(running_gateway(
-                "--sim-load", "500", "--sim-load-size", "300", workers=1, metrics=True, tmp_path=folder,
-                env={"PYTHONPATH": str(folder)}))
+    with both_paths(tmp_path_factory, "--sim-load", "500", "--sim-load-size", "300") as running:
         yield running
 
 
 def test_a_stalled_reader_lags_alike(loaded):
     answers = each(loaded, lagged_chunk)
-    assert answers["carried"] == answers["inside"]
-    assert answers["carried"].startswith(b"data: ") and LAGGED in answers["carried"]
+    assert answers["front"] == answers["hypercorn"]
+    assert answers["front"].startswith(b"data: ") and LAGGED in answers["front"]
 
 
 def test_a_chunk_is_framed_as_h11_frames_it_once_per_body():
@@ -208,8 +172,7 @@ def test_a_chunk_is_framed_as_h11_frames_it_once_per_body():
 def test_a_streams_end_and_its_close_arrive_together(gateways):
     """The head says keep-alive, yet the connection closes after a stream: a client that pools
     connections must find the close there once it has read the terminating chunk, or it sends
-    its next request into a closing connection ("server disconnected"). Both paths, carried
-    and inside hypercorn, write the terminating chunk and the FIN in one segment, so the read
+    its next request into a closing connection ("server disconnected"). Both paths write the terminating chunk and the FIN in one segment, so the read
     after the end finds the EOF at once, on every stream."""
     for gw in gateways.values():
         for _ in range(20):
@@ -218,3 +181,26 @@ def test_a_streams_end_and_its_close_arrive_together(gateways):
                 read_until(sock, lambda d: d.endswith(b"\r\n0\r\n\r\n"))
                 sock.setblocking(False)
                 assert sock.recv(1) == b""  # BlockingIOError: the close was not there yet
+
+
+def answer_bytes(port: int, request: bytes) -> bytes:
+    """One answer with a Content-Length, read to its end on a connection that stays open."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(request)
+        data = read_until(sock, lambda d: b"\r\n\r\n" in d)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += sock.recv(65536)
+    return head + b"\r\n\r\n" + rest
+
+
+@pytest.mark.parametrize("request_bytes", [
+    post("murmur.WatchSession", {}).replace(b"A2A-Version: 1.0", b"A2A-Version: 9.0"),
+    post("SubscribeToTask", {"id": "tsk_none"}),
+    post("murmur.WatchSession", {}).replace(b'"params":{}', b'"params":[1]').replace(b"Length: 67", b"Length: 68"),
+], ids=["A2A-Version", "unknown task", "params not an object"])
+def test_a_refused_stream_request_reads_alike(gateways, request_bytes):
+    answers = each(gateways, lambda gw: answer_bytes(gw.port, request_bytes))
+    assert answers["front"] == answers["hypercorn"]
+    assert answers["front"].startswith(b"HTTP/1.1 200 OK\r\n") and b'"error"' in answers["front"]

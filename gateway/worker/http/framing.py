@@ -1,0 +1,91 @@
+"""An HTTP/1.1 answer's bytes as hypercorn's h11 path writes them, for the front's own answers.
+
+The front (front.py) answers a stream request itself, and a refusal of one; the bytes are
+those a client read when hypercorn answered (tests/test_stream_paths.py compares the two
+paths): the status line with RFC 9110's reason phrase (http11_fixes.py), the headers in the
+app's order and spelling, then what h11 adds: `Transfer-Encoding: chunked` where the answer
+names no length, and `Connection: close` in place of any connection header where the
+connection closes after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
+
+LAST_CHUNK = b"0\r\n\r\n"
+_heads: dict[tuple, bytes] = {}  # a few distinct heads (the stream's, each refusal's): made once each
+_MAX_HEADS = 64
+
+
+def closes(headers) -> bool:
+    """Whether the answer's own headers say the connection closes after it."""
+    return any(name.lower() == b"connection" and b"close" in value.lower() for name, value in headers)
+
+
+def head(status: int, headers) -> tuple[bytes, bool]:
+    """The status line and header block; whether the body is chunked."""
+    key = (status, tuple(headers))
+    found = _heads.get(key)
+    chunked = not any(name.lower() == b"content-length" for name, _ in headers)
+    if found is None:
+        closing = closes(headers)
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status).encode())]
+        for name, value in headers:
+            lowered = name.lower()
+            if (chunked and lowered == b"transfer-encoding") or (closing and lowered == b"connection"):
+                continue
+            lines.append(b"%s: %s\r\n" % (name, value))
+        if chunked:
+            lines.append(b"Transfer-Encoding: chunked\r\n")
+        if closing:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"\r\n")
+        found = b"".join(lines)
+        if len(_heads) < _MAX_HEADS:
+            _heads[key] = found
+    return found, chunked
+
+
+class _Framed:
+    """The last body framed, and its frame: a pass hands the same shared batch (one bytes
+    object, window.py's `Batch`) to every watcher in step, so it is framed once for all of
+    them, not copied once per watcher. One entry: the bytes of one piece at most."""
+
+    body: bytes = b""
+    frame: bytes = LAST_CHUNK
+
+
+def chunk(body: bytes) -> bytes:
+    """`body` as one HTTP/1.1 chunk, framed as h11 frames it: one buffer for the transport,
+    made once per body (`_Framed`). `writelines((size, body, CRLF))` (no copy, three buffers
+    per write) showed no gain in memory or CPU, and fast readers beside stalled ones lagged no
+    less often (loadtest/RESULTS.md, runs 4 and 5)."""
+    if body is not _Framed.body:
+        _Framed.frame = b"%x\r\n%b\r\n" % (len(body), body)
+        _Framed.body = body
+    return _Framed.frame
+
+
+def error_answer(status: int, detail: str) -> bytes:
+    """A refusal of a request that never reached the app (a malformed or ambiguous head, a
+    head past the buffer): problem details, and the connection closes. hypercorn's own
+    error answers are these bytes too (http11_fixes.send_error_response)."""
+    body = problem_body(status, detail)
+    block, _ = head(status, [*PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close")])
+    return block + body
+
+
+def cork_until_fin(transport: asyncio.Transport) -> None:
+    """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
+    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end on
+    either path (http11_fixes.py's too). Plain TCP only: a TLS transport cannot write an EOF,
+    and its end is its close_notify."""
+    if not transport.can_write_eof():
+        return
+    try:
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    except (AttributeError, OSError):
+        pass  # no socket, or the connection is going: the FIN follows as before

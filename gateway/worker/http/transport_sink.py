@@ -1,0 +1,105 @@
+"""A stream's sink (sink.py) that is its connection's protocol: the front (front.py), and the
+lean connection a stream hypercorn served is carried to (hypercorn/carried.py).
+
+It reads nothing but the client's leaving (a FIN or a reset ends the stream at once), writes
+each body as one chunk in one `transport.write`, and is blocked past the transport's
+high-water mark, so a reader that stops reading falls behind and lags instead of being
+buffered without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
+
+
+class TransportSink(asyncio.Protocol):
+    __slots__ = ("transport", "high_water", "left", "_listener", "_paused", "_drained")
+
+    def __init__(self, transport: asyncio.Transport | None, left: bool = False, paused: bool = False):
+        self.transport = transport
+        self.high_water = 0 if transport is None else transport.get_write_buffer_limits()[1]
+        self.left = left  # the client sent EOF, or the connection broke
+        self._listener = None
+        self._paused = paused  # past the transport's high-water mark, until resume_writing
+        self._drained: asyncio.Future | None = None
+
+    # the protocol: the client's leaving, and the write side's flow
+    def connection_lost(self, exc) -> None:
+        self._leave()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _leave(self) -> None:
+        if not self.left:
+            self.left = True
+            if self._listener is not None:
+                self._listener.poke()
+
+    # the sink
+    @property
+    def closed(self) -> bool:
+        return self.left or self.transport is None or self.transport.is_closing()
+
+    @property
+    def blocked(self) -> bool:
+        return self.transport.get_write_buffer_size() > self.high_water
+
+    def write(self, body: bytes) -> bool:
+        transport = self.transport
+        transport.write(chunk(body))
+        return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
+
+    async def drain(self) -> None:
+        """Until the transport's buffer is back under its low-water mark (as a writer's drain)."""
+        while self._paused and not self.closed:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    async def end(self) -> None:
+        """The terminating chunk, then the FIN, in one segment where the transport allows
+        (`cork_until_fin`): the head said keep-alive, yet the connection closes after a stream,
+        so a client that pools connections must find the close already there once it has
+        read the response's end, or it sends its next request into it."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        cork_until_fin(transport)
+        transport.write(LAST_CHUNK)
+        close(transport)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._leave()
+
+    def on_disconnect(self, listener) -> None:
+        self._listener = listener
+        if self.left:
+            listener.poke()
+
+    def release(self) -> None:
+        transport, self.transport, self._listener = self.transport, None, None
+        if transport is not None and not transport.is_closing():
+            transport.close()  # the stream is over: so is its connection
+
+
+def close(transport: asyncio.Transport) -> None:
+    """The FIN, then the close (a TLS transport writes no EOF: its close says it)."""
+    try:
+        transport.write_eof()
+    except (NotImplementedError, OSError, RuntimeError):
+        pass
+    transport.close()

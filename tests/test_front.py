@@ -1,0 +1,125 @@
+"""The front (gateway/worker/http/front.py) over real sockets: the ambiguous requests it
+refuses (400, closed), a stream asked for on a keep-alive connection after another answer,
+and TLS: a stream over ALPN http/1.1 (or none) is the front's, HTTP/2 stays hypercorn's.
+
+Which path served a request shows in one answer only the front gives: a stream method's
+chunked body is refused 400 there, and streamed by hypercorn.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import orjson
+import pytest
+
+from support import GatewayOptions, RAW_READ_TIMEOUT, until_close
+
+WATCH = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
+GET_TASK = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "tsk_none"}})
+HEAD = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+CHUNKED_WATCH = HEAD + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(WATCH), WATCH)
+
+
+def request(body: bytes = WATCH, extra: bytes = b"") -> bytes:
+    return HEAD + b"Content-Length: %d\r\n" % len(body) + extra + b"\r\n" + body
+
+
+SMUGGLED = {
+    "Content-Length and Transfer-Encoding": HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+    % (len(WATCH), len(WATCH), WATCH),
+    "two different Content-Lengths": request(extra=b"Content-Length: 5\r\n"),
+    "an obs-fold line": request(extra=b"X-A: one\r\n two\r\n"),
+    "a bare LF": request(extra=b"X-A: one\nX-B: two\r\n"),
+    "a NUL byte": request(extra=b"X-A: o\x00ne\r\n"),
+    "a chunked body on a stream method": CHUNKED_WATCH,
+    "two Authorization headers": request(extra=b"Authorization: Bearer a\r\nAuthorization: Bearer b\r\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def gateway_options():
+    return GatewayOptions("--header-timeout", "60", workers=1)
+
+
+@pytest.mark.parametrize("case", SMUGGLED, ids=list(SMUGGLED))
+def test_an_ambiguous_request_is_refused_400_and_closed(gateway, case):
+    raw = until_close(gateway.port, SMUGGLED[case])  # returns once the server closed
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"\r\nConnection: close" in head, raw
+    assert b'"status":400' in body and b"text/event-stream" not in raw
+
+
+def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
+    """One answer with a Content-Length, and what was read past it."""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+
+def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=RAW_READ_TIMEOUT) as sock:
+        sock.sendall(request(GET_TASK))
+        answer, rest = read_answer(sock)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b'"id":2' in answer and not rest
+        sock.sendall(request())
+        data = b""
+        while b"connection-ack" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+
+
+def test_a_refused_stream_keeps_the_connection_for_the_next_request(gateway):
+    """A stream request answered with a JSON-RPC error (here -32009, A2A-Version) leaves the
+    connection open as hypercorn does: the next request on it is answered."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=RAW_READ_TIMEOUT) as sock:
+        sock.sendall(request().replace(b"A2A-Version: 1.0", b"A2A-Version: 9.0"))
+        answer, rest = read_answer(sock)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32009" in answer and not rest
+        sock.sendall(request(GET_TASK))
+        answer, _ = read_answer(sock)
+        assert b'"id":2' in answer
+
+
+@pytest.fixture(scope="module")
+def tls_gateway(certs, tmp_path_factory):
+    from support import running_gateway
+    with running_gateway(*certs.args, workers=1, tmp_path=tmp_path_factory.mktemp("tls"),
+                         tls=certs.client_context()) as gw:
+        yield gw
+
+
+def tls_until_close(port: int, context: ssl.SSLContext, data: bytes) -> tuple[bytes, str | None]:
+    with socket.create_connection(("127.0.0.1", port), timeout=RAW_READ_TIMEOUT) as raw_sock:
+        with context.wrap_socket(raw_sock, server_hostname="127.0.0.1") as sock:
+            sock.sendall(data)
+            out = b""
+            try:
+                while chunk := sock.recv(65536):
+                    out += chunk
+            except (ssl.SSLEOFError, ConnectionResetError):
+                pass
+            return out, sock.selected_alpn_protocol()
+
+
+@pytest.mark.parametrize("alpn", [["http/1.1"], None], ids=["http/1.1", "no ALPN"])
+def test_a_tls_stream_takes_the_front(tls_gateway, certs, alpn):
+    raw, chosen = tls_until_close(tls_gateway.port, certs.client_context(alpn), CHUNKED_WATCH)
+    assert chosen == (alpn[0] if alpn else None)
+    assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n"), raw
+
+
+def test_tls_h2_stays_with_hypercorn(tls_gateway, certs):
+    """A client offering h2 gets it (hypercorn's HTTP/2), and its requests are hypercorn's."""
+    import httpx
+    with httpx.Client(http2=True, verify=certs.client_context()) as client:
+        answer = client.get(f"https://127.0.0.1:{tls_gateway.port}/healthz")
+    assert answer.http_version == "HTTP/2" and answer.status_code == 200

@@ -1,0 +1,80 @@
+"""The front's reading of a request head (gateway/worker/http/head_checks.py) against h11's on
+the same bytes: every head h11 refuses is refused or handed to hypercorn (whose h11 refuses
+it), never served; beyond h11's refusals only the ambiguous forms are refused; no input
+crashes it."""
+
+from __future__ import annotations
+
+import h11
+from hypothesis import given, settings, strategies as st
+
+from gateway.worker.http.head_checks import Ambiguous, read_head
+
+EOLS = [b"\r\n"] * 8 + [b"\n", b"\r", b"\r\n "]
+NAMES = [b"Host", b"Content-Type", b"Content-Length", b"Transfer-Encoding", b"Authorization", b"X-A",
+         b"Bad Name", b"X:Colon", b"", b" Lead", b"Tr\x00ail", b"Conn\xe9", b"Upgrade", b"Connection"]
+VALUES = [b"127.0.0.1", b"application/json", b"5", b"05", b"-1", b"5, 5", b"chunked", b"gzip, chunked",
+          b"Bearer x", b"", b"a\x00b", b"a\x01b", b"a\x7fb", b"\xff", b" padded ", b"websocket", b"close"]
+
+
+@st.composite
+def heads(draw) -> bytes:
+    method = draw(st.sampled_from([b"POST", b"GET", b"post", b"P OST", b"", b"PRI", b"POST\x00"]))
+    target = draw(st.sampled_from([b"/", b"/x?y", b"*", b"", b"/ a", b"http://h/", b"/\x7f"]))
+    version = draw(st.sampled_from([b"HTTP/1.1"] * 4 + [b"HTTP/1.0", b"HTTP/2.0", b"http/1.1", b"HTTP/1.1 ", b"HTTP/9"]))
+    lines = [draw(st.sampled_from([b"", b" ", b"\t"])) + b"%s %s %s" % (method, target, version)]
+    for _ in range(draw(st.integers(0, 6))):
+        name = draw(st.sampled_from(NAMES) | st.binary(max_size=8))
+        value = draw(st.sampled_from(VALUES) | st.binary(max_size=8))
+        lines.append(name + draw(st.sampled_from([b": ", b":", b" : "])) + value)
+    out = b""
+    for line in lines:
+        out += line + draw(st.sampled_from(EOLS))
+    return out + b"\r\n"
+
+
+def h11_refuses(head: bytes) -> bool:
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(head)
+    try:
+        return not isinstance(connection.next_event(), h11.Request)
+    except h11.RemoteProtocolError:
+        return True
+
+
+def ambiguous(head: bytes) -> bool:
+    """The forms the front refuses though h11 may take them, found without its code."""
+    if b"\x00" in head or head.count(b"\n") != head.count(b"\r\n") or head.count(b"\r") != head.count(b"\r\n"):
+        return True
+    if b"\r\n " in head or b"\r\n\t" in head:
+        return True
+    names = [line.split(b":", 1)[0].strip().lower() for line in head.split(b"\r\n")[1:] if b":" in line]
+    lengths = {line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")[1:]
+               if line.split(b":", 1)[0].strip().lower() == b"content-length"}
+    return (len(lengths) > 1 or (lengths and b"transfer-encoding" in names)
+            or names.count(b"authorization") > 1)
+
+
+def front(head: bytes) -> str:
+    try:
+        parsed, _ = read_head(head)
+    except Ambiguous:
+        return "refused"
+    return "handed on" if parsed is None else "read"
+
+
+@settings(max_examples=1500, deadline=None, database=None)
+@given(head=heads() | st.binary(max_size=200).map(lambda raw: raw + b"\r\n\r\n"))
+def test_the_front_refuses_what_h11_refuses_and_only_the_ambiguous_beyond(head):
+    verdict = front(head)  # and it never raises anything else
+    refused_by_h11 = h11_refuses(head)
+    if refused_by_h11:
+        assert verdict != "read", head
+    if verdict == "refused" and not refused_by_h11:
+        assert ambiguous(head), head
+
+
+def test_methods_are_case_sensitive():
+    """`post` is not POST: it is not read as one (hypercorn answers it)."""
+    parsed, parser = read_head(b"post / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert parsed is None or parser.get_method() != b"POST"
