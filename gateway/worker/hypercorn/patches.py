@@ -66,6 +66,10 @@ TABLE = (
     # h2_backpressure.py
     Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn"),
     Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn"),
+    Row(HC + "protocol.h2:H2Protocol", "_close_stream", ADAPTER + "h2_backpressure:close_stream", "hypercorn"),
+    Row(HC + "protocol.h2:H2Protocol", "_window_updated", None, "hypercorn"),
+    Row(HC + "protocol.h2:H2Protocol", "stream_buffers", None, "hypercorn", "__init__"),
+    Row(HC + "protocol.h2:StreamBuffer", "close", None, "hypercorn"),
     *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__")
       for name in ("buffer", "_paused", "_is_empty")),
     # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
