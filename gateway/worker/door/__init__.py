@@ -4,6 +4,7 @@
   own bound, and no WebSocket (403), before any route;
 - `auth`: who is asking (bearer tokens as sha256, scopes) and the `Caller` that makes;
 - `refusal`: `Refused`, and `refuse`, the one way a refusal leaves (count, then send);
+- `head`: what makes a request head ambiguous (smuggling, two Authorization headers), pure;
 - `rpc_checks`: what a JSON-RPC request on `POST /` must be (content type, id, depth);
 - `error_handler`: Starlette's own refusals (404, 405, a bug's 500) made the door's;
 - `asgi_http`: reading a head's headers and sending a whole answer over raw ASGI.

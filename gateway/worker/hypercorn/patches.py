@@ -61,6 +61,13 @@ TABLE = (
     Row(HC + "protocol.h11:H11Protocol", "_send_error_response", ADAPTER + "http11_fixes:send_error_response",
         "hypercorn"),
     Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_check_protocol", ADAPTER + "http11_fixes:check_protocol", "hypercorn"),
+    Row(HC + "protocol.h11:H11Protocol", "_create_stream", ADAPTER + "http11_fixes:create_stream", "hypercorn"),
+    Row("h11._receivebuffer:ReceiveBuffer", "maybe_extract_lines", ADAPTER + "http11_fixes:maybe_extract_lines", "h11"),
+    Row("h11._receivebuffer:ReceiveBuffer", "_data", None, "h11", "__init__"),
+    Row("h11._connection:Connection", "_extract_next_receive_event",
+        ADAPTER + "http11_fixes:extract_next_receive_event", "h11"),
+    Row("h11._connection:Connection", "_receive_buffer", None, "h11", "__init__"),
     *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__")
       for name in ("stream", "can_read")),
     # h2_backpressure.py

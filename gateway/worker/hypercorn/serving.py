@@ -77,6 +77,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = (config.max_header_bytes + REQUEST_LINE_EXTRA
                                   + HEAD_LINE_FRAMING * (config.max_headers + 1))
+    hc.h2c_upgrade = config.h2c_upgrade  # read by http11_fixes.check_protocol: off, Upgrade: h2c is ignored
     tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout)
     return hc
 
