@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
 
-from support import GatewayOptions, running_gateway, until_close
+from support import GatewayOptions, Http, headers_for, running_gateway, until_close
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
@@ -76,3 +77,26 @@ def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
                                     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x07\x00\x00\x00\x00\x00"
                                     b"\x00\x00\x00\x00\x00\x00\x00\x00")  # the preface, then a GOAWAY
         assert statuses(data) == [101], data
+
+
+@pytest.mark.parametrize("body", [
+    b'{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"murmur.StopSession","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"GetTask","\\u006dethod":"murmur.StopSession","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"id":2,"method":"ListTasks","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{},"params":{"pageSize":1}}',
+    b'{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"ListTasks"}',
+], ids=["method", "escaped_method", "id", "params", "jsonrpc"])
+def test_security_claim_a_request_naming_a_member_twice_is_invalid(gateway, body):
+    """orjson keeps the last of two members, a log or filter may read the first: neither is
+    served. The session is not stopped (readiness stays 200)."""
+    status, _, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
+    answer = orjson.loads(answer)
+    assert status == 200 and answer["error"]["code"] == -32600 and "more than once" in answer["error"]["message"]
+    assert answer["id"] == (None if b'"id":2' in body else 1)
+    assert Http(gateway.port).request("GET", "/readyz")[0] == 200
+
+
+def test_a_nested_member_of_the_same_name_is_no_duplicate(gateway):
+    status, _, answer = Http(gateway.port).request(
+        "POST", "/", headers_for(), b'{"jsonrpc":"2.0","id":"x","method":"GetTask","params":{"id":"nope"}}')
+    assert status == 200 and orjson.loads(answer)["error"]["code"] == -32001
