@@ -9,11 +9,13 @@ import socket
 import struct
 
 import h2.config
+import h2.errors
+import h2.events
 import h2.connection
 import h2.settings
 import pytest
 
-from support import rpc_body, running_gateway, scrape, wait_for, watch
+from support import GatewayOptions, rpc_body, running_gateway, scrape, wait_for, watch
 
 WATCH = "murmur.WatchSession"
 STREAMS = 20
@@ -93,3 +95,85 @@ def test_security_claim_a_fin_or_a_reset_ends_a_stream_blocked_on_a_shut_http2_w
         ends = [rec for rec in gw.logs() if rec.get("event") == "stream end" and rec.get("reason") == "client_left"]
         assert len(ends) >= STREAMS
         assert rss_kib(worker) - before < FEW_MB
+
+
+class PlainH2:
+    """An h2c prior-knowledge connection that reads what the gateway sends, event by event."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+
+    def post_head(self, length: int) -> int:
+        stream_id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, [
+            (b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+            (b"content-type", b"application/json"), (b"a2a-version", b"1.0"), (b"content-length", str(length).encode())])
+        self.sock.sendall(self.conn.data_to_send())
+        return stream_id
+
+    def until(self, kind, stream_id: int) -> list:
+        """Read until an event of `kind` on `stream_id` (the last of those answered); the
+        connection must stay up, and the stream must not be reset unless that is `kind`."""
+        seen = []
+        while True:
+            data = self.sock.recv(65536)
+            assert data, "the gateway closed the connection"
+            events = self.conn.receive_data(data)
+            self.sock.sendall(self.conn.data_to_send())
+            assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in events), events
+            for event in events:
+                if getattr(event, "stream_id", None) != stream_id:
+                    continue
+                seen.append(event)
+                if isinstance(event, kind):
+                    return seen
+                assert not isinstance(event, h2.events.StreamReset), event
+
+    def answered(self, method: str) -> int:
+        """A whole request on a new stream: its status once its answer has ended."""
+        body = rpc_body(method, {})
+        stream_id = self.post_head(len(body))
+        self.conn.send_data(stream_id, body, end_stream=True)
+        self.sock.sendall(self.conn.data_to_send())
+        [head] = [e for e in self.until(h2.events.StreamEnded, stream_id) if isinstance(e, h2.events.ResponseReceived)]
+        return int(dict(head.headers)[b":status"])
+
+
+def test_security_claim_a_stream_over_the_concurrency_limit_is_refused_alone(gateway):
+    """The 101st concurrent stream gets RST_STREAM REFUSED_STREAM, not a GOAWAY: the 100
+    others stay, and once one ends a new stream is served."""
+    client = PlainH2(gateway.port)
+    try:
+        waiting = [client.post_head(100) for _ in range(100)]  # each waits for its body
+        extra = client.post_head(100)
+        assert client.until(h2.events.StreamReset, extra)[-1].error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        client.conn.reset_stream(waiting[0])
+        assert client.answered("ListTasks") == 200
+    finally:
+        client.sock.close()
+
+
+def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_window_back(gateway):
+    """A body the gateway refused from its head (413) that the client sends anyway: the
+    connection's window is credited for it and the connection stays up, past the 64 KiB window
+    many times over."""
+    client = PlainH2(gateway.port)
+    try:
+        for _ in range(40):  # 40 x 16,000 bytes: ten times the connection's first window
+            stream_id = client.post_head(2_000_000)
+            client.until(h2.events.StreamEnded, stream_id)
+            while client.conn.outbound_flow_control_window < 16_000:
+                client.until(h2.events.WindowUpdated, 0)
+            client.conn.send_data(stream_id, b"x" * 16_000)
+            client.sock.sendall(client.conn.data_to_send())
+        assert client.answered("ListTasks") == 200
+    finally:
+        client.sock.close()
+
+
+@pytest.fixture(scope="module")
+def gateway_options():
+    return GatewayOptions(workers=1)

@@ -22,7 +22,7 @@ import sys
 from importlib import metadata
 from typing import NamedTuple
 
-VERSIONS = {"hypercorn": "0.18.0", "h11": "0.16.0", "uvloop": "0.23.0", "python": "3.11"}
+VERSIONS = {"hypercorn": "0.18.0", "h11": "0.16.0", "h2": "4.4.1", "uvloop": "0.23.0", "python": "3.11"}
 
 HC = "hypercorn."
 ADAPTER = "gateway.worker.hypercorn."
@@ -61,6 +61,7 @@ TABLE = (
     Row(HC + "protocol.h11:H11Protocol", "_send_error_response", ADAPTER + "http11_fixes:send_error_response",
         "hypercorn"),
     Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn"),
+    # guarantees (hostile HTTP, #33): no ambiguous head served, no h2c upgrade, HTTP/1.0 pipelining
     Row(HC + "protocol.h11:H11Protocol", "_check_protocol", ADAPTER + "http11_fixes:check_protocol", "hypercorn"),
     Row(HC + "protocol.h11:H11Protocol", "_create_stream", ADAPTER + "http11_fixes:create_stream", "hypercorn"),
     Row("h11._receivebuffer:ReceiveBuffer", "maybe_extract_lines", ADAPTER + "http11_fixes:maybe_extract_lines", "h11"),
@@ -73,12 +74,21 @@ TABLE = (
     # h2_backpressure.py
     Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn"),
     Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn"),
+    # a guarantee (hostile HTTP/2, #33): a stream blocked on flow control ends when its client leaves
     Row(HC + "protocol.h2:H2Protocol", "_close_stream", ADAPTER + "h2_backpressure:close_stream", "hypercorn"),
     Row(HC + "protocol.h2:H2Protocol", "_window_updated", None, "hypercorn"),
     Row(HC + "protocol.h2:H2Protocol", "stream_buffers", None, "hypercorn", "__init__"),
     Row(HC + "protocol.h2:StreamBuffer", "close", None, "hypercorn"),
     *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__")
       for name in ("buffer", "_paused", "_is_empty")),
+    # h2_limits.py: guarantees (hostile HTTP/2, #33), not speed: without them h2 is not offered
+    Row("h2.connection:H2Connection", "_receive_headers_frame", ADAPTER + "h2_limits:receive_headers_frame", "h2"),
+    Row("h2.connection", "_decode_headers", None, "h2"),
+    *(Row("h2.connection:H2Connection", name, None, "h2", "__init__")
+      for name in ("decoder", "highest_inbound_stream_id", "_closed_streams", "_receive_headers_frame")),
+    Row("h2.stream:StreamClosedBy", "SEND_RST_STREAM", None, "h2"),
+    Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn"),
+    Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__"),
     # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
     # .send.__self__ (TCPServer) .writer; the protocol's h11 connection and its chunked writer
     Row(HC + "protocol.http_stream:HTTPStream", "app_send", None, "hypercorn", "handle"),
