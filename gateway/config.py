@@ -102,6 +102,8 @@ OPTIONS: tuple[Option, ...] = (
            "the per-client request bucket's size"),
     Option("trusted-proxies", parse_networks, "", "CIDR[,CIDR...]",
            "peers whose X-Forwarded-For or Forwarded: for= names the client"),
+    Option("public-url", parse_url, None, "URL",
+           "the address the agent card names (http(s)://HOST[:PORT]); default: the address each client reached"),
     Option("h2c-upgrade", parse_on_off, "off", "on|off",
            "switch a plain HTTP/1.1 request with Upgrade: h2c to HTTP/2 (off: answered over HTTP/1.1; "
            "HTTP/2 prior knowledge is served either way)"),
@@ -173,6 +175,7 @@ class Config:
     client_request_rate: float
     client_request_burst: float | None  # None: 2 x client_request_rate
     trusted_proxies: tuple[str, ...]
+    public_url: str | None
     h2c_upgrade: bool
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)

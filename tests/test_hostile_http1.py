@@ -100,3 +100,20 @@ def test_a_nested_member_of_the_same_name_is_no_duplicate(gateway):
     status, _, answer = Http(gateway.port).request(
         "POST", "/", headers_for(), b'{"jsonrpc":"2.0","id":"x","method":"GetTask","params":{"id":"nope"}}')
     assert status == 200 and orjson.loads(answer)["error"]["code"] == -32001
+
+
+def card_url(port: int, host: bytes | None) -> str:
+    data = until_close(port, b"GET /.well-known/agent-card.json HTTP/1.0\r\n"
+                             + (b"Host: " + host + b"\r\n" if host else b"") + b"\r\n")
+    return orjson.loads(data.partition(b"\r\n\r\n")[2])["supportedInterfaces"][0]["url"]
+
+
+def test_security_claim_the_card_never_names_a_clients_host(gateway):
+    """Not the Host a client wrote (the card is cacheable), and never `:0` without one."""
+    assert card_url(gateway.port, b"evil.example") == card_url(gateway.port, None) == \
+        f"http://127.0.0.1:{gateway.port}/"
+
+
+def test_the_card_names_the_public_url(tmp_path):
+    with running_gateway("--public-url", "https://agents.example:8443", workers=1, tmp_path=tmp_path) as gw:
+        assert card_url(gw.port, b"evil.example") == "https://agents.example:8443/"
