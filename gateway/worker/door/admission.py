@@ -45,7 +45,7 @@ class Admission:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
         ambiguous = authorization_problem(headers)
         if ambiguous is not None:
-            return Refused(400, ambiguous)
+            return Refused(400, ambiguous, [CLOSE])
         if scope["path"] in PROBE_PATHS:
             if self.probes >= PROBES_IN_FLIGHT:
                 return Refused(503, f"this worker is answering {PROBES_IN_FLIGHT} probes already; retry shortly",
