@@ -117,3 +117,9 @@ def test_security_claim_the_card_never_names_a_clients_host(gateway):
 def test_the_card_names_the_public_url(tmp_path):
     with running_gateway("--public-url", "https://agents.example:8443", workers=1, tmp_path=tmp_path) as gw:
         assert card_url(gw.port, b"evil.example") == "https://agents.example:8443/"
+
+
+def test_security_claim_trailing_slash_redirects_are_off(gateway):
+    """SECURITY.md: no redirect that would echo the client's Host."""
+    data = until_close(gateway.port, b"GET /healthz/ HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+    assert statuses(data) == [404] and b"location" not in data.lower() and b"evil.example" not in data
