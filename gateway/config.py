@@ -203,6 +203,13 @@ class Config:
     trusted_proxies: tuple[str, ...] = option(
         "", parse_networks, "CIDR[,CIDR...]", "peers whose X-Forwarded-For or Forwarded: for= names the client",
         reload=True)
+    public_url: str | None = option(
+        None, parse_url, "URL",
+        "the address the agent card names (http(s)://HOST[:PORT]); default: the address each client reached")
+    h2c_upgrade: bool = option(
+        "off", parse_on_off, "on|off",
+        "switch a plain HTTP/1.1 request with Upgrade: h2c to HTTP/2 (off: answered over HTTP/1.1; "
+        "HTTP/2 prior knowledge is served either way)")
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()

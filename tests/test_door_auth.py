@@ -15,8 +15,9 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (GatewayOptions, Http, SSEStream, describe, headers_for, is_terminal_event,
-                     item, problem_detail, rpc, token_table, unknown_like, user_message, wait_for)
+from support import (GatewayOptions, Http, SSEStream, describe, front_of, headers_for, is_terminal_event,
+                     item, problem_detail, rpc, running_gateway, token_table, unknown_like, user_message,
+                     wait_for)
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
                                        "ops-0d1e2f", "narrow-7a6b5c")
@@ -257,3 +258,36 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     assert answer.headers["retry-after"] == "1"
     assert problem_detail(503, answer.headers, answer.content) == "the sequencer is not reachable"
     assert counters.added == []  # the gateway's own trouble, not a refusal: counted nowhere
+
+
+# --- a context belongs to its callers (DECISIONS) ---
+
+def context_of(port: int, token: str, task_id: str) -> str:
+    return rpc(port, "GetTask", {"id": task_id}, token=token)[2]["result"]["contextId"]
+
+
+def joins(port: int, token: str, context_id: str) -> dict:
+    return rpc(port, "SendMessage", user_message("hello", contextId=context_id), token=token)[2]
+
+
+def check_context_rule(port: int, alice_task: str) -> None:
+    """Bob naming alice's context is answered like an unknown task; alice (under her rotated
+    token too) joins it; a context never seen is taken as a new one."""
+    context_id = context_of(port, ALICE, alice_task)
+    refused = joins(port, BOB, context_id)
+    assert refused["error"]["code"] == -32001 and refused["error"]["message"] == f"context {context_id} not found"
+    assert joins(port, ALICE_NEXT, context_id)["result"]["task"]["contextId"] == context_id
+    fresh = f"ctx-{hashlib.sha256(context_id.encode()).hexdigest()[:16]}"
+    assert joins(port, BOB, fresh)["result"]["task"]["contextId"] == fresh
+
+
+def test_security_claim_a_context_belongs_to_its_callers(gateway, alices_waiting_task):
+    check_context_rule(gateway.port, alices_waiting_task)
+
+
+def test_security_claim_a_context_belongs_to_its_callers_upstream(tmp_path):
+    config = tmp_path / "door.toml"
+    config.write_text(token_table(RULES))
+    with running_gateway(workers=1, tmp_path=tmp_path) as a, front_of(a, tmp_path, "--config", str(config),
+                                                                       workers=1) as b:
+        check_context_rule(b.port, create(b.port, ALICE, "hello"))

@@ -42,8 +42,9 @@ JSON_RPC_CODES = {-32700, -32600, -32601, -32602, -32001, -32002, -32004, -32005
 DOOR_STATUSES = {401, 403, 404, 405, 408, 413, 429, 431, 503}
 # hypercorn's own answers to bytes h11 will not take as HTTP/1.1 (h11's status hints), with
 # the door's problem details and a closed connection. 431 is also a finished head the door
-# refused.
-NOT_HTTP_STATUSES = {400, 431, 501}
+# refused; 505 an HTTP version other than 1.0 and 1.1, 501 a lower-case method, 400 also an
+# ambiguous head (CL+TE, obs-fold, bare LF, two Authorization headers: door/head.py).
+NOT_HTTP_STATUSES = {400, 431, 501, 505}
 MAX_BODY = 65536
 DIED = "worker died; replacing it"
 # hypercorn keeps a connection the client half-closed before finishing a request head until
@@ -103,7 +104,7 @@ def rpc_bodies(draw) -> tuple[bytes, str | None]:
         if not draw(one_in(10)):  # each field present nine times in ten
             request[key] = draw(values)
     body = json.dumps(request).encode()  # allow_nan: NaN and Infinity are not JSON: -32700
-    shape = draw(st.sampled_from(["as is"] * 6 + ["truncated", "junk", "empty", "deep", "padded"]))
+    shape = draw(st.sampled_from(["as is"] * 6 + ["truncated", "junk", "empty", "deep", "padded", "twice"]))
     if shape == "truncated":
         body = body[:draw(st.integers(0, max(0, len(body) - 1)))]
     elif shape == "junk":
@@ -113,6 +114,9 @@ def rpc_bodies(draw) -> tuple[bytes, str | None]:
     elif shape == "deep":
         depth = draw(st.integers(1, 1100))
         body = b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":' + b"[" * depth + b"]" * depth + b"}}"
+    elif shape == "twice" and body.endswith(b"}") and len(request) > 0:  # a member named twice: -32600
+        name = draw(st.sampled_from(["jsonrpc", "id", "method", "params", "\\u006dethod"]))
+        body = body[:-1] + b', "%s": "GetTask"}' % name.encode()
     elif shape == "padded":
         request["pad"] = "x" * draw(st.integers(MAX_BODY - 500, MAX_BODY + 500))
         body = json.dumps(request).encode()
@@ -190,12 +194,19 @@ def junk_cases(draw) -> Case:
             name = draw(st.sampled_from(["Bad Name", "X:Colon", "", " Folded"]) | header_text)
             value = draw(header_text | st.binary(max_size=30).map(lambda b: b.decode("latin-1")))
         lines.append(f"{name}: {value}".encode("latin-1"))
+    if draw(one_in(10)):  # an obs-fold continuation line
+        lines.insert(draw(st.integers(1, len(lines))), b" \tfolded")
+    if draw(one_in(10)):  # smuggling's framing: both lengths
+        lines += [b"Content-Length: 4", b"Transfer-Encoding: chunked"]
+    if draw(one_in(10)):
+        lines += [b"Authorization: Bearer a", b"Authorization: Bearer b"]
     many = draw(st.sampled_from([0] * 6 + [99, 101, 150]))
     lines.extend(b"X-Many-%d: v" % i for i in range(many))
     big = draw(st.sampled_from([0] * 6 + [15_000, 17_000, 40_000]))
     if big:
         lines.append(b"X-Big: " + b"b" * big)
-    raw = b"\r\n".join(lines) + b"\r\n\r\n" + draw(st.binary(max_size=100))
+    ends = [b"\r\n"] * 9 + [b"\n"]  # one line end in ten a bare LF
+    raw = b"".join(line + draw(st.sampled_from(ends)) for line in lines) + b"\r\n" + draw(st.binary(max_size=100))
     if draw(one_in(10)):
         raw = raw[:len(raw) - draw(st.integers(0, len(raw) - 1))]
     if draw(one_in(20)):

@@ -94,6 +94,7 @@ class EmbeddedCapsule:
         if direct is not None:
             return {"message": direct}
         if message.task_id is None:
+            self.registry.contexts.check(message.context_id, Caller.of(p))
             try:
                 task = self.runner.accept(message, p.get("owner"))
             except Refusal as refusal:

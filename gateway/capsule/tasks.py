@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from gateway.capsule.contexts import ContextOwners
 from gateway.control import Caller
 from gateway.protocol import events, ids, states
 from gateway.protocol.errors import INVALID_PARAMS, TASK_NOT_FOUND, RpcError
@@ -54,6 +55,7 @@ class Registry:
     def __init__(self) -> None:
         self._by_id: dict[str, Task] = {}
         self._keys = itertools.count(1)
+        self.contexts = ContextOwners()
 
     def create(self, owner: str | None, context_id: str | None = None) -> Task:
         task_id = ids.new_task_id()
@@ -61,6 +63,7 @@ class Registry:
                     status={})
         task.set_status(states.SUBMITTED)
         self._by_id[task_id] = task
+        self.contexts.add(task.context_id, owner)
         return task
 
     def get(self, task_id: object, caller: Caller) -> Task:

@@ -39,6 +39,7 @@ import orjson
 
 from gateway import logs, records
 from gateway.capsule import paging
+from gateway.capsule.contexts import ContextOwners
 from gateway.capsule.upstream_http import Connection, Origin, UpstreamError, request
 from gateway.capsule.resume import RESTARTED, SKIP, Resume
 from gateway.capsule.upstream_attachments import AttachmentCache, fetch_attachment
@@ -78,6 +79,7 @@ class UpstreamCapsule:
         self.origin = Origin(url, cacert)
         self.token = token
         self.tasks: dict[str, KnownTask] = {}
+        self.contexts = ContextOwners()  # of the tasks created through this gateway
         self._keys = 0
         self.last_id = 0
         self._last_event: bytes | None = None  # the result bytes of event `last_id`
@@ -204,6 +206,7 @@ class UpstreamCapsule:
         self.log.warning("upstream started a new session; starting a new gateway session",
                          last_id=self.last_id, why=why)
         self.tasks.clear()
+        self.contexts.clear()
         self.attachments.clear()  # the old session's tasks are gone upstream
         self.last_id, self._last_event = 0, None
         self.closed = False
@@ -260,6 +263,8 @@ class UpstreamCapsule:
         message = params.get("message") if isinstance(params, dict) else None
         if isinstance(message, dict) and message.get("taskId") is not None:
             self._visible(message.get("taskId"), p)
+        elif isinstance(message, dict):
+            self.contexts.check(message.get("contextId"), Caller.of(p))
         if p.get("streaming") and not await self._serves_streams():
             task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)
         else:
@@ -277,6 +282,7 @@ class UpstreamCapsule:
         known = self._key(task["id"])
         if not (isinstance(message, dict) and message.get("taskId") is not None):
             known.owner = p.get("owner")  # ours: the link may have recorded its first event already
+            self.contexts.add(task.get("contextId"), known.owner)
         return {"task": task, "key": known.key}
 
     async def get(self, p: dict) -> dict:

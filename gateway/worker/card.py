@@ -18,7 +18,7 @@ from gateway.metrics import Counters
 from gateway.protocol import events
 from gateway.protocol.errors import RpcError
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
-from gateway.worker.door.asgi_http import RETRY_AFTER, header
+from gateway.worker.door.asgi_http import RETRY_AFTER
 from gateway.worker.door.refusal import Refused
 
 CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
@@ -26,8 +26,14 @@ MAX_CACHED_HOSTS = 64
 
 
 def own_url(config: Config, scope: dict) -> str:
+    """`--public-url`, else the address the client reached (the connection's own socket
+    address, never the `:0` of --bind). Never the request's Host: a card kept for its max-age
+    by shared caches must not name whatever host a client wrote."""
+    if config.public_url:
+        return config.public_url.rstrip("/") + "/"
+    host, port = scope.get("server") or config.bind
     # scope["scheme"] is "https" on a TLS connection (--certfile), whatever the HTTP version
-    return "%s://%s/" % (scope.get("scheme", "http"), header(scope, b"host") or "%s:%d" % tuple(config.bind))
+    return "%s://%s:%d/" % (scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:

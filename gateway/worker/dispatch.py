@@ -8,7 +8,7 @@ of their own) and 431 (more than
 429 (the client's request bucket, --client-request-rate, is empty) -> 404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
 from the head: the body is then only drained, never parsed -> 413 (body over
 --max-body-bytes) -> 408 (body not in within --body-timeout) -> 404 (empty body) -> -32700
-(not JSON) -> -32600 (nested deeper than --max-json-depth, not a JSON-RPC request, id longer
+(not JSON) -> -32600 (nested deeper than --max-json-depth, a top-level member named twice, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
 -32009 (A2A-Version) -> 429 (a stream over --max-streams-per-client or its token's
 max_streams, limits.py) -> the method's own errors. Every JSON-RPC error is one JSON body with
@@ -37,8 +37,8 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      error_body)
 from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
 from gateway.worker.card import agent_card, with_own_address
-from gateway.worker.door import (CLOSE, Caller, Door, Refused, header, is_json_content_type,
-                                 nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
+from gateway.worker.door import (CLOSE, Caller, Door, Refused, duplicate_member, header,
+                                 is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits
 from gateway.worker.opening import Openings
@@ -144,6 +144,11 @@ class RpcEndpoint:
             if nests_deeper(request, self.config.max_json_depth):
                 raise RpcError(INVALID_REQUEST, f"the request nests arrays and objects deeper than "
                                                 f"{self.config.max_json_depth} levels")
+            twice = duplicate_member(body) if isinstance(request, dict) else None
+            if twice is not None:
+                if twice == "id":
+                    rpc_id = None  # which one the client meant is what is ambiguous
+                raise RpcError(INVALID_REQUEST, f"the request names its {twice!r} member more than once")
             method = exchange.method = self._check_request(request)
             caller = self.door.authorize(rule, method)
             check_version(header(scope, b"a2a-version"))

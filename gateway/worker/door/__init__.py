@@ -4,7 +4,8 @@
   own bound, and no WebSocket (403), before any route;
 - `auth`: who is asking (bearer tokens as sha256, scopes) and the `Caller` that makes;
 - `refusal`: `Refused`, and `refuse`, the one way a refusal leaves (count, then send);
-- `rpc_checks`: what a JSON-RPC request on `POST /` must be (content type, id, depth);
+- `head`: what makes a request head ambiguous (smuggling, two Authorization headers), pure;
+- `rpc_checks`: what a JSON-RPC request on `POST /` must be (content type, id, depth, no member twice);
 - `error_handler`: Starlette's own refusals (404, 405, a bug's 500) made the door's;
 - `asgi_http`: reading a head's headers and sending a whole answer over raw ASGI.
 
@@ -18,9 +19,10 @@ from gateway.worker.door.asgi_http import (CLOSE, JSON_HEAD, NOSNIFF, RETRY_AFTE
 from gateway.worker.door.auth import Door
 from gateway.worker.door.error_handler import http_error_handler
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
-from gateway.worker.door.rpc_checks import is_json_content_type, nests_deeper, rpc_id_of, rpc_id_problem
+from gateway.worker.door.rpc_checks import (duplicate_member, is_json_content_type, nests_deeper, rpc_id_of,
+                                           rpc_id_problem)
 
 __all__ = ["CLOSE", "INTERNAL_REFUSAL", "JSON_HEAD", "NOSNIFF", "PROBES_IN_FLIGHT", "PROBE_PATHS",
-           "RETRY_AFTER", "Admission", "Caller", "Door", "Refused", "header", "header_values",
+           "RETRY_AFTER", "Admission", "Caller", "Door", "Refused", "duplicate_member", "header", "header_values",
            "http_error_handler", "is_json_content_type", "nests_deeper", "refuse", "respond",
            "respond_bytes", "rpc_id_of", "rpc_id_problem"]

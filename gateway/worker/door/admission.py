@@ -1,5 +1,6 @@
 """What every request passes before any route: the worker's open-request limit (503 +
-Retry-After) and the head limits (431); a WebSocket handshake is refused outright (403).
+Retry-After), the head limits (431) and an ambiguous head (400: two Authorization headers,
+head.py, on every protocol); a WebSocket handshake is refused outright (403).
 
 The server bounds what it buffers of an unfinished head (hypercorn/serving.py); this checks
 the finished head, so a refusal can say which limit it was. Liveness and readiness probes
@@ -13,6 +14,7 @@ from gateway.metrics import Counters
 from gateway.tuning import PROBES_IN_FLIGHT
 from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
+from gateway.worker.door.head import authorization_problem
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 
 # Liveness and readiness: never refused for load, so they hold none of --max-connections'
@@ -41,6 +43,9 @@ class Admission:
             len(name) + len(value) for name, value in headers)
         if size > self.config.max_header_bytes:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
+        ambiguous = authorization_problem(headers)
+        if ambiguous is not None:
+            return Refused(400, ambiguous, [CLOSE])
         if scope["path"] in PROBE_PATHS:
             if self.probes >= PROBES_IN_FLIGHT:
                 return Refused(503, f"this worker is answering {PROBES_IN_FLIGHT} probes already; retry shortly",

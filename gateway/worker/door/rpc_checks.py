@@ -6,6 +6,11 @@
 
 from __future__ import annotations
 
+import json
+
+MEMBERS = ("jsonrpc", "id", "method", "params")  # a JSON-RPC request's own, at its top level
+_QUOTED = tuple(f'"{name}"'.encode() for name in MEMBERS)
+
 
 def is_json_content_type(value: str | None) -> bool:
     if not value:
@@ -43,3 +48,16 @@ def nests_deeper(value: object, limit: int) -> bool:
         level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
                  if isinstance(child, (dict, list))]
     return False
+
+
+def duplicate_member(body: bytes) -> str | None:
+    """The JSON-RPC member that a request object (`body`, already parsed as one object) names
+    twice at its top level, or None. orjson keeps the last of two, a log or filter may read the
+    first: `{"method":"GetTask","method":"murmur.StopSession"}` must be neither. The common body
+    costs four byte counts: only one where a member's quoted name occurs twice (anywhere, a
+    nested `"id"` too) or that escapes a character (`"\\u006dethod"` is `"method"`) is parsed
+    again, with the top object's members kept in order."""
+    if b"\\u" not in body and all(body.count(quoted) < 2 for quoted in _QUOTED):
+        return None
+    names = [name for name, _ in json.loads(body, object_pairs_hook=list)]
+    return next((name for name in MEMBERS if names.count(name) > 1), None)

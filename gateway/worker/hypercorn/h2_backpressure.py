@@ -13,11 +13,20 @@ whose window is shut holds at most about 32 KiB plus one send, its ASGI send wai
 stays behind and it lags exactly as an HTTP/1.1 stream with a full socket buffer does
 (tests/test_http2.py). A row of the adapter's patch table (patches.py), installed only on the
 pinned hypercorn.
+
+A stream whose client leaves (its `RST_STREAM`, a GOAWAY, the connection's FIN or reset) must
+not stay in that wait: hypercorn closes the stream (the app reads `http.disconnect`) but not
+its buffer, so a `push` waiting for a window that will never open waited for ever, holding the
+stream's coroutine, its place and its buffer. `close_stream` closes the buffer with the stream:
+the waiting `push` returns, the next raises inside hypercorn (answered as a closed stream), the
+sink sees its client gone, and the sending task drops the buffer (tests/test_hostile_h2.py).
 """
 
 from __future__ import annotations
 
 from hypercorn.protocol import h2 as hc_h2
+
+_original_close_stream = hc_h2.H2Protocol._close_stream
 
 
 async def pop(self: hc_h2.StreamBuffer, max_length: int) -> bytes:
@@ -31,3 +40,13 @@ async def pop(self: hc_h2.StreamBuffer, max_length: int) -> bytes:
         await self._is_empty.set()
     return data
 
+
+
+async def close_stream(self: hc_h2.H2Protocol, stream_id: int) -> None:
+    """`H2Protocol._close_stream`, closing the stream's buffer too: a send waiting there for
+    window returns, and the stream is handed to the sending task to be dropped."""
+    await _original_close_stream(self, stream_id)
+    buffer = self.stream_buffers.get(stream_id)
+    if buffer is not None:
+        await buffer.close()
+        await self._window_updated(stream_id)  # unblocked: the sending task finds it closed

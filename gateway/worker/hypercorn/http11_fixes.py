@@ -1,4 +1,4 @@
-"""Three HTTP/1.1 behaviours hypercorn's h11 path lacks, put right in one place.
+"""Four HTTP/1.1 behaviours hypercorn's h11 path lacks, put right in one place.
 
 - **The status line's reason phrase.** hypercorn builds each `h11.Response` without one, so
   the line is `HTTP/1.1 200 `; the protocol's listing shows `HTTP/1.1 200 OK`. Every response
@@ -19,6 +19,17 @@
   stream an EOF is the watcher leaving (a killed `curl` sends a FIN, not a reset): the stream
   ends and frees its place at once, not at the next write to the gone client, whether the
   EOF came before its head or after. A reset is hypercorn's own `Closed`, as before.
+- **No ambiguous head is served, and no h2c upgrade.** Every request head h11 reads (the
+  first of a connection and every keep-alive one) passes the door's head rules
+  (gateway/worker/door/head.py): a bare LF or a folded line (`maybe_extract_lines`, h11's own
+  split, so trailers too), an HTTP version other than 1.0/1.1 (505), a lower-case method
+  (501), Content-Length with Transfer-Encoding (400) are refused with problem details and the
+  connection closed, so nothing pipelined behind them is read. An absolute-form target
+  (`POST http://host/`) is served as its origin form, its authority as Host (RFC 9112
+  §3.2.2). `Upgrade: h2c` is ignored (answered over HTTP/1.1) unless `--h2c-upgrade on`;
+  HTTP/2 prior knowledge (the `PRI *` preface) is served as before. Bytes after a request
+  that closes the connection (HTTP/1.0, `Connection: close`) are discarded, never read as a
+  malformed request: two HTTP/1.0 requests in one write get the first answered, then the close.
 
 Each replacement is a row of the adapter's patch table (patches.py), installed only on the
 pinned hypercorn once the internals they follow are checked. What they note of a connection
@@ -31,9 +42,11 @@ from __future__ import annotations
 from weakref import WeakKeyDictionary
 
 import h11
+from h11._receivebuffer import ReceiveBuffer
 from hypercorn.events import Closed
 from hypercorn.protocol.h11 import H11Protocol
 
+from gateway.worker.door.head import line_problem, origin_form, request_problem
 from gateway.worker.http.framing import cork_until_fin
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
@@ -42,12 +55,17 @@ HYPERCORN_ERROR_DETAIL = {400: "the request is not well-formed HTTP/1.1",
                           431: "the request head is larger than this door buffers",
                           501: "the request's transfer-encoding is not supported"}
 _original_handle = H11Protocol.handle
+_original_check_protocol = H11Protocol._check_protocol
+_original_create_stream = H11Protocol._create_stream
+_original_extract_lines = ReceiveBuffer.maybe_extract_lines
+_original_next_receive_event = h11.Connection._extract_next_receive_event
 _original_send_h11_event = H11Protocol._send_h11_event
 _original_maybe_recycle = H11Protocol._maybe_recycle
 
 CLOSE_AFTER = 1  # an event stream: the connection closes after its end
 EOF_TAKEN = 2  # the client's clean EOF was seen (and acted on) once
 _flags: WeakKeyDictionary[H11Protocol, int] = WeakKeyDictionary()
+_refusals: WeakKeyDictionary[H11Protocol, tuple[int, str]] = WeakKeyDictionary()  # check -> create
 
 
 def _has(protocol: H11Protocol, flag: int) -> bool:
@@ -130,8 +148,56 @@ async def handle(self: H11Protocol, event) -> None:
     await _original_handle(self, event)
 
 
-async def send_error_response(self: H11Protocol, status_code: int) -> None:
-    body = problem_body(status_code, HYPERCORN_ERROR_DETAIL.get(status_code, reason_phrase(status_code).lower()))
+def maybe_extract_lines(self: ReceiveBuffer):
+    """h11's head split, refusing a bare LF or an obs-fold (h11 answers 400 and closes)."""
+    before = len(self._data)
+    lines = _original_extract_lines(self)
+    problem = line_problem(lines, before - len(self._data)) if lines else None
+    if problem is not None:
+        raise h11.LocalProtocolError(problem)
+    return lines
+
+
+def extract_next_receive_event(self: h11.Connection):
+    """h11's next event, once the client's request closes the connection: what it sent after
+    that request is dropped (h11 took it for a malformed request and answered 400 in place of
+    the request's own answer)."""
+    if self.their_state is h11.MUST_CLOSE and self._receive_buffer:
+        self._receive_buffer = ReceiveBuffer()
+    return _original_next_receive_event(self)
+
+
+async def check_protocol(self: H11Protocol, event: h11.Request) -> None:
+    """The door's head rules for every request; hypercorn's protocol switches only for the
+    HTTP/2 preface, and for `Upgrade: h2c` where the option allows it."""
+    if event.method == b"PRI" and event.target == b"*" and event.http_version == b"2.0":
+        await _original_check_protocol(self, event)  # prior knowledge: raises to switch to h2
+    refusal = request_problem(event.method, event.http_version, (name for name, _ in event.headers))
+    if refusal is not None:
+        _refusals[self] = refusal
+    elif getattr(self.config, "h2c_upgrade", False):
+        await _original_check_protocol(self, event)
+
+
+async def create_stream(self: H11Protocol, request: h11.Request) -> None:
+    """A refused head is answered and the connection closed, with no stream; an absolute-form
+    target is served as its origin form, its authority the Host."""
+    refusal = _refusals.pop(self, None)
+    if refusal is not None:
+        await send_error_response(self, *refusal)
+        await self.send(Closed())
+        return
+    absolute = origin_form(request.target)
+    if absolute is not None:
+        authority, target = absolute
+        request = h11.Request(method=request.method, target=target, http_version=request.http_version,
+                              headers=[(b"host", authority), *((name, value) for name, value in request.headers
+                                                               if name != b"host")])
+    await _original_create_stream(self, request)
+
+
+async def send_error_response(self: H11Protocol, status_code: int, detail: str | None = None) -> None:
+    body = problem_body(status_code, detail or HYPERCORN_ERROR_DETAIL.get(status_code, reason_phrase(status_code).lower()))
     await self._send_h11_event(h11.Response(status_code=status_code, headers=[
         *PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
         *self.config.response_headers("h11")]))

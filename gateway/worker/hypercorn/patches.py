@@ -35,7 +35,7 @@ from typing import NamedTuple
 HC = "hypercorn."
 ADAPTER = "gateway.worker.hypercorn."
 HTTP11 = "http11"  # hypercorn's HTTP/1.1 path: http11_fixes.py
-H2 = "h2"  # hypercorn's HTTP/2 path: h2_backpressure.py
+H2 = "h2"  # hypercorn's HTTP/2 path: h2_backpressure.py, h2_limits.py
 TEST_SWITCH = "MURGW_TEST_INTERNALS_MOVED"
 
 
@@ -43,7 +43,7 @@ class Row(NamedTuple):
     owner: str  # "module:Class" or "module"
     name: str
     replacement: str | None  # "module:name" put in its place by `install`; None: followed only
-    against: str  # the library it reaches into: hypercorn, h11, uvloop, or python (the standard library)
+    against: str  # the library it reaches into: hypercorn, h11, h2, uvloop, or python (the standard library)
     named_in: str | None = None  # the owner's method whose code names `name` (set per instance, or handed on)
     guarantee: str | None = None  # HTTP11 or H2: what the gateway promises rests on it; None: speed only
 
@@ -73,13 +73,40 @@ TABLE = (
     Row(HC + "protocol.h11:H11Protocol", "_send_error_response", ADAPTER + "http11_fixes:send_error_response",
         "hypercorn", guarantee=HTTP11),
     Row(HC + "protocol.h11:H11Protocol", "_close_stream", None, "hypercorn", guarantee=HTTP11),
+    # no ambiguous head served, no h2c upgrade, HTTP/1.0 pipelining (hostile HTTP)
+    Row(HC + "protocol.h11:H11Protocol", "_check_protocol", ADAPTER + "http11_fixes:check_protocol", "hypercorn",
+        guarantee=HTTP11),
+    Row(HC + "protocol.h11:H11Protocol", "_create_stream", ADAPTER + "http11_fixes:create_stream", "hypercorn",
+        guarantee=HTTP11),
+    Row("h11._receivebuffer:ReceiveBuffer", "maybe_extract_lines", ADAPTER + "http11_fixes:maybe_extract_lines", "h11",
+        guarantee=HTTP11),
+    Row("h11._receivebuffer:ReceiveBuffer", "_data", None, "h11", "__init__", guarantee=HTTP11),
+    Row("h11._connection:Connection", "_extract_next_receive_event",
+        ADAPTER + "http11_fixes:extract_next_receive_event", "h11", guarantee=HTTP11),
+    Row("h11._connection:Connection", "_receive_buffer", None, "h11", "__init__", guarantee=HTTP11),
     *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__", guarantee=HTTP11)
       for name in ("stream", "can_read")),
     # h2_backpressure.py
     Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn", guarantee=H2),
     Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn", guarantee=H2),
+    # a stream blocked on flow control ends when its client leaves (hostile HTTP/2)
+    Row(HC + "protocol.h2:H2Protocol", "_close_stream", ADAPTER + "h2_backpressure:close_stream", "hypercorn",
+        guarantee=H2),
+    Row(HC + "protocol.h2:H2Protocol", "_window_updated", None, "hypercorn", guarantee=H2),
+    Row(HC + "protocol.h2:H2Protocol", "stream_buffers", None, "hypercorn", "__init__", guarantee=H2),
+    Row(HC + "protocol.h2:StreamBuffer", "close", None, "hypercorn", guarantee=H2),
     *(Row(HC + "protocol.h2:StreamBuffer", name, None, "hypercorn", "__init__", guarantee=H2)
       for name in ("buffer", "_paused", "_is_empty")),
+    # h2_limits.py: the extra stream refused alone, DATA on finished streams credited (hostile HTTP/2)
+    Row("h2.connection:H2Connection", "_receive_headers_frame", ADAPTER + "h2_limits:receive_headers_frame", "h2",
+        guarantee=H2),
+    Row("h2.connection", "_decode_headers", None, "h2", guarantee=H2),
+    *(Row("h2.connection:H2Connection", name, None, "h2", "__init__", guarantee=H2)
+      for name in ("decoder", "highest_inbound_stream_id", "_closed_streams", "_receive_headers_frame")),
+    Row("h2.stream:StreamClosedBy", "SEND_RST_STREAM", None, "h2", guarantee=H2),
+    Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn",
+        guarantee=H2),
+    Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__", guarantee=H2),
     # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
     # .send.__self__ (TCPServer) .writer; the protocol's h11 connection and its chunked writer
     Row(HC + "protocol.http_stream:HTTPStream", "app_send", None, "hypercorn", "handle"),

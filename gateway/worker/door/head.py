@@ -1,0 +1,64 @@
+"""What makes a request head ambiguous, as pure functions of its bytes or its parsed parts.
+
+A head that two readers could frame or read differently is never served: a front end that
+frames by Content-Length while this door frames by chunks (request smuggling, RFC 9112
+§6.1), a folded or bare-LF line that a proxy reads as two lines, two `Authorization` headers
+of which a filter checks one and the door the other. Each function answers why a head is
+refused (None when it is not), so every path that reads heads calls the same rule:
+hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py), the door's ASGI admission (every
+protocol: `authorization_problem`), and any front protocol of our own.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+HTTP_VERSIONS = (b"1.0", b"1.1")
+FOLD = (b" ", b"\t")
+
+
+def line_problem(lines: list, raw_length: int) -> str | None:
+    """`lines`: a head cut at each LF with one CR dropped from each line's end, as h11 splits
+    it (the request line first, the blank line gone); `raw_length`: the bytes they came from.
+    Every line, the blank one included, must end in CRLF, and none may be folded (obs-fold)."""
+    if not lines:
+        return None
+    if raw_length != sum(len(line) for line in lines) + 2 * len(lines) + 2:
+        return "a line of the request head ends in a bare LF, not CRLF"
+    if any(line[:1] in FOLD for line in lines[1:]):
+        return "a header line is folded (obs-fold)"
+    return None
+
+
+def request_problem(method: bytes, http_version: bytes, names: Iterable[bytes]) -> tuple[int, str] | None:
+    """(status, why) for a request line and its header names (lower case) that must not be
+    served: an HTTP version other than 1.0 and 1.1 (505), a method that is not upper case
+    (methods are case-sensitive: `post` is no method this door has, 501), or both
+    Content-Length and Transfer-Encoding (400)."""
+    if http_version not in HTTP_VERSIONS:
+        return 505, f"HTTP/{http_version.decode('latin-1')} is not spoken in an HTTP/1.x request line"
+    if method != method.upper():
+        return 501, f"methods are case-sensitive: {method.decode('latin-1')!r} is not one this door implements"
+    seen = set(names)
+    if b"content-length" in seen and b"transfer-encoding" in seen:
+        return 400, "the request has both Content-Length and Transfer-Encoding"
+    return None
+
+
+def authorization_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Two `Authorization` headers: which one is the caller's is ambiguous."""
+    if sum(1 for name, _ in headers if name.lower() == b"authorization") > 1:
+        return "the request has more than one Authorization header"
+    return None
+
+
+def origin_form(target: bytes) -> tuple[bytes, bytes] | None:
+    """(authority, origin-form target) of an absolute-form target (`http://host/path?q`),
+    which RFC 9112 §3.2.2 says a server must accept (its authority replaces Host); None for
+    any other form."""
+    scheme, sep, rest = target.partition(b"://")
+    if not sep or scheme.lower() not in (b"http", b"https"):
+        return None
+    end = min((at for at in (rest.find(b"/"), rest.find(b"?")) if at >= 0), default=len(rest))
+    path = rest[end:]  # `http://host?q` has an empty path: `/?q`
+    return rest[:end], path if path.startswith(b"/") else b"/" + path

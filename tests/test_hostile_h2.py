@@ -1,0 +1,179 @@
+"""Hostile HTTP/2 clients (h2c prior knowledge on the plain port): a stream blocked on a shut
+flow-control window ends when its client leaves, whichever way it leaves (SECURITY.md: "a FIN
+or a reset from its client ends it at once")."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+
+import h2.config
+import h2.errors
+import h2.events
+import h2.connection
+import h2.settings
+import pytest
+
+from support import GatewayOptions, rpc_body, running_gateway, scrape, wait_for, watch
+
+WATCH = "murmur.WatchSession"
+STREAMS = 20
+FEW_MB = 16 * 1024  # KiB: the worker's RSS after the streams ended, over its level before
+
+
+class ShutWindowClient:
+    """One h2c prior-knowledge connection whose streams all open with a zero window and never
+    get a WINDOW_UPDATE: every response body waits in the worker."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        self.conn.initiate_connection()
+        self.ids: list[int] = []
+
+    def open_watches(self, n: int) -> None:
+        body = rpc_body(WATCH, {})
+        for _ in range(n):
+            stream_id = self.conn.get_next_available_stream_id()
+            self.conn.send_headers(stream_id, [
+                (b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+                (b"content-type", b"application/json"), (b"a2a-version", b"1.0"),
+                (b"last-event-id", str(2**40).encode()), (b"content-length", str(len(body)).encode())])
+            self.conn.send_data(stream_id, body, end_stream=True)
+            self.ids.append(stream_id)
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def leave(self, how: str) -> None:
+        if how == "fin":
+            self.sock.shutdown(socket.SHUT_WR)
+        elif how == "rst":
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.sock.close()
+        elif how == "goaway":
+            self.conn.close_connection()
+            self.flush()
+        else:  # every stream reset
+            for stream_id in self.ids:
+                self.conn.reset_stream(stream_id)
+            self.flush()
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("how", ["fin", "rst", "goaway", "rst_stream"])
+def test_security_claim_a_fin_or_a_reset_ends_a_stream_blocked_on_a_shut_http2_window(tmp_path, how):
+    """20 watch streams on one connection with a zero window while events flow: once each is
+    surely blocked (an HTTP/1.1 watcher read more than the 32 KiB hypercorn buffers per HTTP/2
+    stream), the client leaves; every place is freed, every stream logs its end, and the
+    worker's memory is back near its level before the streams opened."""
+    with running_gateway("--sim-load", "200", "--sim-load-size", "512", workers=1, heartbeat=1, metrics=True,
+                         tmp_path=tmp_path) as gw:
+        opened = lambda: scrape(gw.metrics_port).get(f'murgw_connections_open{{endpoint="{WATCH}"}}', 0)
+        [worker] = gw.worker_pids().values()
+        before = rss_kib(worker)
+        client = ShutWindowClient(gw.port)
+        try:
+            client.open_watches(STREAMS)
+            wait_for(lambda: opened() == STREAMS, what="every stream open")
+            seen = itertools.count()
+            with watch(gw.port) as witness:  # the same events, read: 600 x 512 bytes, well past 32 KiB
+                witness.read_until(lambda e: e.id is not None and next(seen) >= 600)
+            client.leave(how)
+            wait_for(lambda: opened() == 0, what=f"every place freed after {how}")
+        finally:
+            client.sock.close()
+        wait_for(lambda: gw.stderr().count('"stream end"') >= STREAMS + 1, what="every stream end logged")
+        ends = [rec for rec in gw.logs() if rec.get("event") == "stream end" and rec.get("reason") == "client_left"]
+        assert len(ends) >= STREAMS
+        assert rss_kib(worker) - before < FEW_MB
+
+
+class PlainH2:
+    """An h2c prior-knowledge connection that reads what the gateway sends, event by event."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+
+    def post_head(self, length: int) -> int:
+        stream_id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, [
+            (b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+            (b"content-type", b"application/json"), (b"a2a-version", b"1.0"), (b"content-length", str(length).encode())])
+        self.sock.sendall(self.conn.data_to_send())
+        return stream_id
+
+    def until(self, kind, stream_id: int) -> list:
+        """Read until an event of `kind` on `stream_id` (the last of those answered); the
+        connection must stay up, and the stream must not be reset unless that is `kind`."""
+        seen = []
+        while True:
+            data = self.sock.recv(65536)
+            assert data, "the gateway closed the connection"
+            events = self.conn.receive_data(data)
+            self.sock.sendall(self.conn.data_to_send())
+            assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in events), events
+            for event in events:
+                if getattr(event, "stream_id", None) != stream_id:
+                    continue
+                seen.append(event)
+                if isinstance(event, kind):
+                    return seen
+                assert not isinstance(event, h2.events.StreamReset), event
+
+    def answered(self, method: str) -> int:
+        """A whole request on a new stream: its status once its answer has ended."""
+        body = rpc_body(method, {})
+        stream_id = self.post_head(len(body))
+        self.conn.send_data(stream_id, body, end_stream=True)
+        self.sock.sendall(self.conn.data_to_send())
+        [head] = [e for e in self.until(h2.events.StreamEnded, stream_id) if isinstance(e, h2.events.ResponseReceived)]
+        return int(dict(head.headers)[b":status"])
+
+
+def test_security_claim_a_stream_over_the_concurrency_limit_is_refused_alone(gateway):
+    """The 101st concurrent stream gets RST_STREAM REFUSED_STREAM, not a GOAWAY: the 100
+    others stay, and once one ends a new stream is served."""
+    client = PlainH2(gateway.port)
+    try:
+        waiting = [client.post_head(100) for _ in range(100)]  # each waits for its body
+        extra = client.post_head(100)
+        assert client.until(h2.events.StreamReset, extra)[-1].error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        client.conn.reset_stream(waiting[0])
+        assert client.answered("ListTasks") == 200
+    finally:
+        client.sock.close()
+
+
+def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_window_back(gateway):
+    """A body the gateway refused from its head (413) that the client sends anyway: the
+    connection's window is credited for it and the connection stays up, past the 64 KiB window
+    many times over."""
+    client = PlainH2(gateway.port)
+    try:
+        for _ in range(40):  # 40 x 16,000 bytes: ten times the connection's first window
+            stream_id = client.post_head(2_000_000)
+            client.until(h2.events.StreamEnded, stream_id)
+            while client.conn.outbound_flow_control_window < 16_000:
+                client.until(h2.events.WindowUpdated, 0)
+            client.conn.send_data(stream_id, b"x" * 16_000)
+            client.sock.sendall(client.conn.data_to_send())
+        assert client.answered("ListTasks") == 200
+    finally:
+        client.sock.close()
+
+
+@pytest.fixture(scope="module")
+def gateway_options():
+    return GatewayOptions(workers=1)

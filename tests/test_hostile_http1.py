@@ -1,0 +1,125 @@
+"""Hostile HTTP/1.1 on hypercorn's h11 path: no head that two readers could frame or read
+differently is served, first request or keep-alive, and nothing pipelined behind it is read;
+absolute-form targets are served; no h2c upgrade unless --h2c-upgrade on."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+
+from support import GatewayOptions, Http, headers_for, running_gateway, until_close
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
+
+
+@pytest.fixture(scope="module")
+def gateway_options():
+    return GatewayOptions(workers=1)
+
+
+def statuses(data: bytes) -> list[int]:
+    return [int(code) for code in STATUS_LINE.findall(data)]
+
+
+AMBIGUOUS = {
+    "cl_and_te": (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400),
+    "obs_fold": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: one\r\n two\r\n\r\n", 400),
+    "bare_lf_header": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\nX-A: one\r\n\r\n", 400),
+    "bare_lf_request_line": (b"GET /healthz HTTP/1.1\nHost: 127.0.0.1\r\n\r\n", 400),
+    "bare_lf_end": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\n\n", 400),
+    "http_2_0_request_line": (b"GET /healthz HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n", 505),
+    "lowercase_method": (b"post / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n", 501),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AMBIGUOUS))
+@pytest.mark.parametrize("after_keep_alive", [False, True], ids=["first", "keep_alive"])
+def test_security_claim_no_ambiguous_request_is_served(gateway, case, after_keep_alive):
+    """The ambiguous head is refused and the connection closed: the request pipelined behind
+    it is never answered (a front end framing the bytes otherwise cannot smuggle it in)."""
+    request, status = AMBIGUOUS[case]
+    data = until_close(gateway.port, (HEALTHZ if after_keep_alive else b"") + request + HEALTHZ)
+    assert statuses(data) == ([200] if after_keep_alive else []) + [status], data
+
+
+def test_two_authorization_headers_are_refused(gateway):
+    data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n"
+                                     b"Authorization: Bearer b\r\nConnection: close\r\n\r\n")
+    assert statuses(data) == [400] and b"more than one Authorization header" in data
+
+
+def test_absolute_form_target_is_served_as_its_origin_form(gateway):
+    data = until_close(gateway.port, b"GET http://example.test/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     b"Connection: close\r\n\r\n")
+    assert statuses(data) == [200], data
+
+
+def test_two_http10_requests_in_one_write_get_the_first_answered_then_the_close(gateway):
+    data = until_close(gateway.port, b"GET /healthz HTTP/1.0\r\n\r\n" * 2)
+    assert statuses(data) == [200], data
+
+
+def test_security_claim_no_h2c_upgrade_by_default(gateway):
+    """`Upgrade: h2c` is ignored: the request is answered over HTTP/1.1, never 101."""
+    data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
+                                     b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n" + b"")
+    assert statuses(data)[:1] == [200], data
+
+
+def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
+    with running_gateway("--h2c-upgrade", "on", workers=1, tmp_path=tmp_path) as gw:
+        data = until_close(gw.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
+                                    b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+                                    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x07\x00\x00\x00\x00\x00"
+                                    b"\x00\x00\x00\x00\x00\x00\x00\x00")  # the preface, then a GOAWAY
+        assert statuses(data) == [101], data
+
+
+@pytest.mark.parametrize("body", [
+    b'{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"murmur.StopSession","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"GetTask","\\u006dethod":"murmur.StopSession","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"id":2,"method":"ListTasks","params":{}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{},"params":{"pageSize":1}}',
+    b'{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"ListTasks"}',
+], ids=["method", "escaped_method", "id", "params", "jsonrpc"])
+def test_security_claim_a_request_naming_a_member_twice_is_invalid(gateway, body):
+    """orjson keeps the last of two members, a log or filter may read the first: neither is
+    served. The session is not stopped (readiness stays 200)."""
+    status, _, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
+    answer = orjson.loads(answer)
+    assert status == 200 and answer["error"]["code"] == -32600 and "more than once" in answer["error"]["message"]
+    assert answer["id"] == (None if b'"id":2' in body else 1)
+    assert Http(gateway.port).request("GET", "/readyz")[0] == 200
+
+
+def test_a_nested_member_of_the_same_name_is_no_duplicate(gateway):
+    status, _, answer = Http(gateway.port).request(
+        "POST", "/", headers_for(), b'{"jsonrpc":"2.0","id":"x","method":"GetTask","params":{"id":"nope"}}')
+    assert status == 200 and orjson.loads(answer)["error"]["code"] == -32001
+
+
+def card_url(port: int, host: bytes | None) -> str:
+    data = until_close(port, b"GET /.well-known/agent-card.json HTTP/1.0\r\n"
+                             + (b"Host: " + host + b"\r\n" if host else b"") + b"\r\n")
+    return orjson.loads(data.partition(b"\r\n\r\n")[2])["supportedInterfaces"][0]["url"]
+
+
+def test_security_claim_the_card_never_names_a_clients_host(gateway):
+    """Not the Host a client wrote (the card is cacheable), and never `:0` without one."""
+    assert card_url(gateway.port, b"evil.example") == card_url(gateway.port, None) == \
+        f"http://127.0.0.1:{gateway.port}/"
+
+
+def test_the_card_names_the_public_url(tmp_path):
+    with running_gateway("--public-url", "https://agents.example:8443", workers=1, tmp_path=tmp_path) as gw:
+        assert card_url(gw.port, b"evil.example") == "https://agents.example:8443/"
+
+
+def test_security_claim_trailing_slash_redirects_are_off(gateway):
+    """SECURITY.md: no redirect that would echo the client's Host."""
+    data = until_close(gateway.port, b"GET /healthz/ HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+    assert statuses(data) == [404] and b"location" not in data.lower() and b"evil.example" not in data
