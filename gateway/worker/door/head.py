@@ -6,7 +6,8 @@ frames by Content-Length while this door frames by chunks (request smuggling, RF
 of which a filter checks one and the door the other. Each function answers why a head is
 refused (None when it is not), so every path that reads heads calls the same rule:
 hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py), the door's ASGI admission (every
-protocol: `authorization_problem`), and any front protocol of our own.
+protocol: `authorization_problem`), and the front of HTTP/1.1 connections
+(gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from typing import Iterable
 
 HTTP_VERSIONS = (b"1.0", b"1.1")
 FOLD = (b" ", b"\t")
+CRLF = b"\r\n"
+BARE_LINE_END = "a line of the request head ends in a bare LF or CR, not CRLF"
+OBS_FOLD = "a header line is folded (obs-fold)"
+CL_AND_TE = "the request has both Content-Length and Transfer-Encoding"
+TWO_AUTHORIZATIONS = "the request has more than one Authorization header"
 
 
 def line_problem(lines: list, raw_length: int) -> str | None:
@@ -24,9 +30,43 @@ def line_problem(lines: list, raw_length: int) -> str | None:
     if not lines:
         return None
     if raw_length != sum(len(line) for line in lines) + 2 * len(lines) + 2:
-        return "a line of the request head ends in a bare LF, not CRLF"
+        return BARE_LINE_END
     if any(line[:1] in FOLD for line in lines[1:]):
-        return "a header line is folded (obs-fold)"
+        return OBS_FOLD
+    return None
+
+
+def raw_problem(raw: bytes) -> str | None:
+    """The same rules over a head's raw bytes, whole or still arriving (a trailing CR may
+    start a CRLF not yet read), for a reader that sees the bytes before any parser: a NUL, a
+    line end other than CRLF, a folded line, a request line that begins with whitespace."""
+    if b"\x00" in raw:
+        return "the request head holds a NUL byte"
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    crlfs = raw.count(CRLF)
+    if raw.count(b"\n") != crlfs or raw.count(b"\r") != crlfs:
+        return BARE_LINE_END
+    if any(CRLF + fold in raw for fold in FOLD):
+        return OBS_FOLD
+    if raw[:1] in FOLD:
+        return "the request line begins with whitespace"
+    return None
+
+
+def framing_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """Two readers that could frame the body two ways (names lower case): Content-Length
+    with Transfer-Encoding, or two different Content-Lengths."""
+    lengths, encoded = set(), False
+    for name, value in headers:
+        if name == b"content-length":
+            lengths.add(value.strip())
+        elif name == b"transfer-encoding":
+            encoded = True
+    if lengths and encoded:
+        return CL_AND_TE
+    if len(lengths) > 1:
+        return "the request has two different Content-Lengths"
     return None
 
 
@@ -41,14 +81,14 @@ def request_problem(method: bytes, http_version: bytes, names: Iterable[bytes]) 
         return 501, f"methods are case-sensitive: {method.decode('latin-1')!r} is not one this door implements"
     seen = set(names)
     if b"content-length" in seen and b"transfer-encoding" in seen:
-        return 400, "the request has both Content-Length and Transfer-Encoding"
+        return 400, CL_AND_TE
     return None
 
 
 def authorization_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """Two `Authorization` headers: which one is the caller's is ambiguous."""
     if sum(1 for name, _ in headers if name.lower() == b"authorization") > 1:
-        return "the request has more than one Authorization header"
+        return TWO_AUTHORIZATIONS
     return None
 
 

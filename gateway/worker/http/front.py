@@ -42,7 +42,7 @@ import orjson
 from gateway import logs
 from gateway.config import Config
 from gateway.protocol.activation import STREAM_METHODS
-from gateway.worker.door import is_json_content_type
+from gateway.worker.door import head, is_json_content_type
 from gateway.worker.http import framing, head_checks
 from gateway.worker.http.head_checks import Parsed
 from gateway.worker.http.transport_sink import TransportSink, close
@@ -132,7 +132,7 @@ class Front(TransportSink):
             return
         end = buffer.find(HEAD_END)
         if end < 0:  # an ambiguous line is refused as soon as it arrives, not at the head's end
-            problem = head_checks.line_problem(bytes(buffer))
+            problem = head.raw_problem(bytes(buffer))
             if problem is not None:
                 return self._refuse_head(400, problem)
             if len(buffer) > self.settings.incomplete_cap:

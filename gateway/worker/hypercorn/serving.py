@@ -52,19 +52,20 @@ WITHOUT = {patches.H2: "h2 not offered: a stalled HTTP/2 stream's memory cannot 
 def prepare() -> Callable:
     """Install what the internals allow; the sink factory `(send, receive) -> Sink`."""
     global _carrying
+    # every group checked before any is installed: a replacement changes the code a row of
+    # another group reads (http11_fixes' _create_stream is where direct.py's chain is named)
+    problems = {kind: patches.problem(rows) for kind, rows in patches.GUARANTEES.items()}
+    speed_problem, carry_problem = patches.problem(patches.SPEED), patches.problem(patches.CARRY)
     for kind, rows in patches.GUARANTEES.items():
-        problem = patches.problem(rows)
-        if problem is None:
+        if problems[kind] is None:
             patches.install(rows)
         else:
-            _missing[kind] = problem
-            log.warning(WITHOUT[kind], reason=problem)
-    problem = patches.problem(patches.SPEED)
-    if problem is not None:
-        log.warning("streams use plain ASGI sends", reason=problem)
+            _missing[kind] = problems[kind]
+            log.warning(WITHOUT[kind], reason=problems[kind])
+    if speed_problem is not None:
+        log.warning("streams use plain ASGI sends", reason=speed_problem)
         return AsgiSink
     patches.install(patches.SPEED)
-    carry_problem = patches.problem(patches.CARRY)
     if carry_problem is not None:
         log.warning("streams stay inside hypercorn after their head", reason=carry_problem)
     _carrying = carry_problem is None
