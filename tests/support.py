@@ -408,7 +408,7 @@ def token_table(rules) -> str:
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-           501: "Not Implemented", 503: "Service Unavailable"}
+           501: "Not Implemented", 503: "Service Unavailable", 505: "HTTP Version Not Supported"}
 
 
 def problem_detail(status: int, headers: dict, body: bytes | dict) -> str:

@@ -196,7 +196,15 @@ def test_extended_card_through_b_names_b(tmp_path):
     with a_and_b(tmp_path, True) as (a, b):
         on_a = rpc(a.port, "GetExtendedAgentCard", {}, token=ALICE)[2]["result"]
         on_b = rpc(b.port, "GetExtendedAgentCard", {}, token=ALICE)[2]["result"]
-    assert on_b == on_a  # both name the address the request's Host header gave, not A's own
+    # each names the address its client reached (never a Host header), the rest is A's card
+    assert [i["url"] for i in on_b["supportedInterfaces"]] == [f"http://127.0.0.1:{b.port}/"]
+    assert without_url(on_b) == without_url(on_a)
+
+
+def without_url(card: dict) -> dict:
+    """A card less its interfaces' addresses, which name the gateway that answered."""
+    return {**card, "supportedInterfaces": [{k: v for k, v in i.items() if k != "url"}
+                                            for i in card["supportedInterfaces"]]}
 
 
 @pytest.mark.parametrize("door_on", ["A", "B"])
@@ -215,7 +223,9 @@ def test_b_card_declares_bs_own_door(tmp_path, door_on):
     assert ("securitySchemes" in card_b) == (door_on == "B") == (status == 401)
     assert ("securitySchemes" in card_a) == (door_on == "A")
     strip = ("securitySchemes", "securityRequirements")
-    assert {k: v for k, v in card_b.items() if k not in strip} == {k: v for k, v in card_a.items() if k not in strip}
+    assert ({k: v for k, v in without_url(card_b).items() if k not in strip}
+            == {k: v for k, v in without_url(card_a).items() if k not in strip})
+    assert card_b["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{b.port}/"
 
 
 def test_an_attachment_b_cannot_ask_a_for_is_503_not_404(tmp_path):
