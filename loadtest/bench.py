@@ -161,8 +161,9 @@ class Gateway(ServerProcess):
         self.url = f"http://127.0.0.1:{self.port}/"
         self.cmd = [PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
                     "--metrics-bind", f"127.0.0.1:{self.metrics_port}", "--log-level", "warning",
-                    "--heartbeat-interval", str(args.heartbeat_interval),
-                    "--sim-load", str(rate), "--sim-load-size", str(args.size)]
+                    "--heartbeat-interval", str(args.heartbeat_interval), "--sim-load", str(rate)]
+        if rate:  # a size without a rate stops the start (it would do nothing)
+            self.cmd += ["--sim-load-size", str(args.size)]
         if gateway_has_option("--max-connections"):  # measure throughput, not the admission limit
             self.cmd += ["--max-connections", str(args.large + args.idle)]
         self.cmd += shlex.split(args.gateway_args)  # after ours: argparse keeps the last value
