@@ -121,7 +121,7 @@ class AccessLog:
         return exchange
 
     def stream_opened(self, exchange: Exchange, served: Served) -> None:
-        exchange.stream = served
+        exchange.stream, served.exchange = served, exchange
         self._write("stream open", exchange)
 
     def end(self, exchange: Exchange) -> None:

@@ -52,4 +52,6 @@ def create_app(config: Config, hub: Hub, control: ControlClient, counters: Count
         *watch_page_routes(config),
     ], exception_handlers=dict.fromkeys((HTTPException, Exception), http_error_handler(counters)))
     app.router.redirect_slashes = False  # a redirect would echo the client's Host header
-    return Admission(app, config, counters, access, rpc=rpc)
+    admission = Admission(app, config, counters, access, rpc=rpc)
+    hub.on_end = admission.stream_over
+    return admission

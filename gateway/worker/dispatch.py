@@ -125,11 +125,11 @@ class RpcEndpoint:
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
+            sink = self.sink_for(server_send(send), receive)
             self.access.stream_opened(exchange, served)
-            try:
-                exchange.ended = await self.hub.serve(served, self.sink_for(server_send(send), receive))
-            finally:
-                self.openings.close(served)
+            # Its end is the hub's to report (`Hub.on_end`: `Admission.stream_over`), whether
+            # this returns at once (an adopted stream) or when the stream is over.
+            await self.hub.serve(served, sink)
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
                         exchange: Exchange) -> Served | None:

@@ -4,10 +4,14 @@ The pump copies each new ring record once into the window (window.py) when the s
 wakes the worker, then makes one pass over the streams the new events concern: each parked
 stream gathers its delivery (stream.py) and the hub hands its body to the stream's sink
 (sink.py), in the pass itself, with no coroutine switch. The stream holds no I/O: the hub
-keeps each one's sink, parked coroutine, place in the catch-up queue and due heartbeat in a
+keeps each one's sink, what it waits for, place in the catch-up queue and due heartbeat in a
 record of its own (`Served`), and moves the stream through its states (stream.py's table)
-as its deliveries and its sink say. A stream's coroutine (`serve`) runs only for what needs
-an await: its opening, a blocked sink, a task lookup, its end. A stream that is behind after
+as its deliveries and its sink say. Every write of a stream is one step (`_deliver`), and
+what the stream does between waits is one function (`_step`), run by one of two drivers: for
+a sink that writes at once (the front of HTTP/1.1 connections), callbacks (`adopt`: the
+pass, a heartbeat or its sink's poke runs `_advance`; a task lookup is a short task), so an
+open stream holds no coroutine, task or frame; for an ASGI sink, whose sends are awaited,
+the stream's coroutine (`serve`). A stream that is behind after
 a write (a replay, a catch-up past one piece), or mid-replay when its transport has drained,
 is written its next piece by the catch-up queue (catchup.py), one piece per stream per turn
 of the loop, within its budget; the pass leaves a queued replay to that queue and writes only
@@ -28,8 +32,10 @@ closes that window.
 from __future__ import annotations
 
 import asyncio
+import enum
 import socket
 import time
+from typing import Callable
 
 from gateway import logs, tuning
 from gateway.board import Board
@@ -71,6 +77,10 @@ class Hub:
         self._delay = 0.0
         self._pass_started = time.perf_counter()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
+        # The app's bookkeeping when a stream is over (app.py): (served, reason), reason None
+        # when it failed under it.
+        self.on_end: Callable[[Served, str | None], None] = lambda served, reason: None
 
     @property
     def head(self) -> int:
@@ -204,41 +214,54 @@ class Hub:
         for served in self.task_streams:
             # A parked task stream not queued had consumed every event before this pass: the
             # stream's filter says whether any of the new ones can be its (`Stream.pass_over`).
-            if not everyone and served.parked and not served.queued and served.stream.pass_over(keys, head):
+            if not everyone and served.waiting is PARK and not served.queued and served.stream.pass_over(keys, head):
                 continue
             if self._write(served):
                 self.counters.add("sends", label=served.stream.endpoint)
         self._count_batches()
 
     def _write(self, served: Served) -> int:
-        """A parked stream's write in the pass or the catch-up queue: 1 when it wrote. A
-        queued replay waits for its turn there (so a pass never writes a storm's replays
-        at once); its heartbeat does not, and live events do not. Still parked and behind
-        after the write: it queues for its next piece. Whatever needs an await (a full
-        sink, a task lookup, the end) resumes its coroutine instead."""
-        waiter = served.waiter
-        if waiter is None or waiter.done():
-            return 0  # running: its coroutine looks for work before it parks again
-        sink = served.sink
-        if self.window.closing or sink.closed:
-            waiter.set_result(None)
+        """A parked stream's write in the pass, the catch-up queue or its heartbeat: 1 when it
+        wrote. A queued replay waits for its turn there (so a pass never writes a storm's
+        replays at once); its heartbeat does not, and live events do not. Still parked and
+        behind after the write: it queues for its next piece. Whatever needs more (a full
+        sink, a task lookup, the end) resumes its driver instead (`_step`)."""
+        if served.waiting is not PARK:
+            return 0  # running, or waiting on its sink or a lookup: it looks for work before it parks
+        if self.window.closing or served.sink.closed:
+            served.resume()
             return 0
         stream, due = served.stream, served.beat_due
         if due is not None:
             served.beat_due = None
-        body, happened, noted = stream.gather(self.window, due, not (served.queued and stream.replaying))
+        delivery = stream.gather(self.window, due, not (served.queued and stream.replaying))
+        wrote = self._deliver(served, delivery)
+        if stream.state is not PARKED:
+            served.resume()
+        elif wrote and stream.behind(self.window):
+            self.catch_up.add(served)
+        return wrote
+
+    def _deliver(self, served: Served, delivery: Delivery) -> int:
+        """The one delivery step, whoever runs it (a pass, the catch-up queue, a heartbeat, the
+        stream's own driver): what the stream noted counted, its body handed to the sink, and
+        the stream moved as the delivery says (FULL when the sink took it and is full, and
+        nothing else happened). 1 when it wrote: the caller counts its sends (a pass counts a
+        whole pass's at once)."""
+        body, happened, noted = delivery
+        stream = served.stream
         if noted is not None:
             self._count_noted(stream.endpoint, noted)
-        if body:
+        wrote = 0
+        sink = served.sink
+        if body and not sink.closed:
             served.bytes_sent += len(body)
+            wrote = 1
             if not sink.write(body) and happened is None:
                 happened = FULL
         if happened is not None:
             stream.move(happened)
-            waiter.set_result(None)
-        elif body and stream.behind(self.window):
-            self.catch_up.add(served)
-        return 1 if body else 0
+        return wrote
 
     def _catch_up_write(self, served: Served) -> int:
         if self._write(served):
@@ -324,7 +347,7 @@ class Hub:
 
     def end_stream(self, served: Served) -> None:
         """End the stream where it stands (a reload revoked its token, worker/reload.py): after
-        the whole events already written, with no frame of its own. Its coroutine sees it
+        the whole events already written, with no frame of its own. Its driver sees it
         ENDING before it gathers again; a parked one is resumed to see it now. One waiting for
         a reader that stopped reading would wait as long as that reader: still open a heartbeat
         interval later, its connection is cut (DECISIONS: it ends within one interval)."""
@@ -336,30 +359,9 @@ class Hub:
 
     @staticmethod
     def _cut_off(served: Served) -> None:
-        sink = served.sink  # None once its coroutine ended and let the connection go
+        sink = served.sink  # None once its stream ended and let the connection go
         if sink is not None and not sink.closed:
             sink.abort()
-
-    def _own_write(self, served: Served, body: bytes) -> bool:
-        """A write from the stream's coroutine (not the pass); False when the sink is full."""
-        sink = served.sink
-        if not body or sink.closed:
-            return True
-        served.bytes_sent += len(body)
-        self.counters.add("sends", label=served.stream.endpoint)
-        return sink.write(body)
-
-    def _own_delivery(self, served: Served, delivery: Delivery) -> None:
-        """A step's delivery from the stream's coroutine: written, counted, and the stream
-        moved as it says (FULL when the sink took it and is full, and nothing else happened)."""
-        body, happened, noted = delivery
-        stream = served.stream
-        if noted is not None:
-            self._count_noted(stream.endpoint, noted)
-        if not self._own_write(served, body) and happened is None:
-            happened = FULL
-        if happened is not None:
-            stream.move(happened)
 
     def _why_ended(self, served: Served) -> str:
         """The access log's `reason` (access_log.py) for a stream whose loop is over."""
@@ -383,88 +385,182 @@ class Hub:
             return b"", None, None
         return stream.ending_from(found["task"])
 
-    async def serve(self, served: Served, sink: Sink) -> str:
-        """Write the stream's opening, then live events until it ends (at once when it is
-        already ENDING), the client leaves or the worker drains; why it ended (`_why_ended`).
-        Each turn does what its state asks (stream.py's table); while PARKED with nothing to
-        write, the coroutine parks and the pass writes for it (`_write`)."""
-        loop, window, stream = asyncio.get_running_loop(), self.window, served.stream
-        served.sink = sink
+    async def _check(self, served: Served) -> None:
+        """CHECKING: its task looked up, and the ending found written."""
+        if self._deliver(served, await self._ending_of_lost_task(served.stream)):
+            self.counters.add("sends", label=served.stream.endpoint)
+        if served.stream.state is CHECKING:  # neither the ending found nor ended meanwhile
+            served.stream.move(GOES_ON)
+
+    def _step(self, served: Served) -> Wait:
+        """Run the stream as far as it goes without waiting (stream.py's table); what it waits
+        for now. A driver runs it again when that came: `serve` for a sink whose writes need
+        an await, `adopt` for one that writes at once."""
+        window, stream, sink = self.window, served.stream, served.sink
+        while True:
+            if sink.closed or window.closing:
+                stream.move(END)
+            state = stream.state
+            if state is ENDING:
+                return DONE
+            if state is BLOCKED:
+                if sink.blocked:  # it may have drained already, before its driver ran
+                    return DRAIN
+                stream.move(DRAINED)
+            elif state is CHECKING:
+                # the heartbeat that found the check due leaves first
+                return DRAIN if sink.blocked else CHECK
+            elif not served.queued and stream.has_work(window, served.beat_due):
+                due, served.beat_due = served.beat_due, None
+                # Drained mid-replay: a due heartbeat now, the next piece in its turn.
+                if self._deliver(served, stream.gather(window, due, events_too=not stream.replaying)):
+                    self.counters.add("sends", label=stream.endpoint)
+                if stream.state is PARKED and stream.behind(window):
+                    self.catch_up.add(served)
+            else:
+                return PARK
+
+    def _open(self, served: Served, sink: Sink) -> None:
+        """The stream joins the hub: its opening written, its replay queued."""
+        served.sink, served.hub = sink, self
         sink.on_disconnect(served)
         self._add(served)
+        stream = served.stream
+        if self._deliver(served, (stream.take_opening(), None, None)):
+            self.counters.add("sends", label=stream.endpoint)
+        if stream.state is OPENING:  # the sink took it and takes more (else FULL moved it)
+            stream.move(OPENED)
+        self._progress()
+        if stream.state is PARKED and stream.behind(self.window):
+            self.catch_up.add(served)  # its replay: piece by piece, at the loop's pace
+
+    def _finish(self, served: Served, reason: str | None) -> None:
+        """The stream is over (`reason` None: it failed under it): it leaves the hub, its
+        connection is let go, and the app is told (`on_end`)."""
+        sink = served.sink
+        served.waiting = None
+        self._remove(served)
+        sink.release()
+        # The heartbeat heap holds a closed stream until its next due time: let it hold
+        # the record alone, not the connection behind it.
+        served.sink = None
+        self.on_end(served, reason)
+
+    async def serve(self, served: Served, sink: Sink) -> None:
+        """Drive the stream from its coroutine, until it ends (at once when it is already
+        ENDING), the client leaves or the worker drains: for a sink whose writes are ASGI sends
+        (a stream hypercorn serves), which need an await. While PARKED with nothing to write,
+        the coroutine waits and the pass writes for it (`_write`)."""
+        if sink.writes_at_once:
+            self.adopt(served, sink)
+            return
+        loop, reason = asyncio.get_running_loop(), None
+        served.sink = sink
         try:
-            taken = self._own_write(served, stream.take_opening())
-            if stream.state is OPENING:
-                stream.move(OPENED if taken else FULL)
-            self._progress()
-            if stream.state is PARKED and stream.behind(window):
-                self.catch_up.add(served)  # its replay: piece by piece, at the loop's pace
-            while True:
-                if sink.closed or window.closing:
-                    stream.move(END)
-                state = stream.state
-                if state is ENDING:
-                    break
-                if state is BLOCKED:
-                    if sink.blocked:  # it may have drained already, before the coroutine ran
-                        await sink.drain()
-                    if stream.state is BLOCKED:  # not ended meanwhile
-                        stream.move(DRAINED)
-                elif state is CHECKING:
-                    if sink.blocked:  # the heartbeat that found the check due leaves first
-                        await sink.drain()
-                        continue
-                    self._own_delivery(served, await self._ending_of_lost_task(stream))
-                    if stream.state is CHECKING:  # neither the ending found nor ended meanwhile
-                        stream.move(GOES_ON)
-                elif not served.queued and stream.has_work(window, served.beat_due):
-                    due, served.beat_due = served.beat_due, None
-                    # Drained mid-replay: a due heartbeat now, the next piece in its turn.
-                    self._own_delivery(served, stream.gather(window, due, events_too=not stream.replaying))
-                    if stream.state is PARKED and stream.behind(window):
-                        self.catch_up.add(served)
+            self._open(served, sink)
+            while (wait := self._step(served)) is not DONE:
+                if wait is DRAIN:
+                    await sink.drain()
+                elif wait is CHECK:
+                    await self._check(served)
                 else:
                     served.waiter = loop.create_future()
+                    served.waiting = PARK
                     try:
                         await served.waiter
                     finally:
-                        served.waiter = None
+                        served.waiter = served.waiting = None
             reason = self._why_ended(served)
             if not sink.closed:
                 await sink.end()
-            return reason
         finally:
-            self._remove(served)
-            sink.release()
-            # The heartbeat heap holds a closed stream until its next due time: let it hold
-            # the record alone, not the connection behind it.
-            served.sink = None
+            self._finish(served, reason)
+
+    def adopt(self, served: Served, sink: Sink) -> None:
+        """Drive the stream with no coroutine of its own, for a sink that writes, drains and
+        ends at once (the front of HTTP/1.1 connections, gateway/worker/http/): the pass, its
+        heartbeats and its sink's pokes (drained, client gone) run `_advance` when it has
+        something to do, and a lookup is a short task. An open stream then holds no frame."""
+        self._open(served, sink)
+        self._advance(served)
+
+    def _advance(self, served: Served) -> None:
+        if served.sink is None:
+            return  # over already
+        served.waiting = None
+        try:
+            wait = self._step(served)
+            if wait is CHECK:
+                served.waiting = CHECK
+                task = self._loop.create_task(self._check(served))
+                self._lookups.add(task)
+                task.add_done_callback(self._looked_up)
+                task.served = served
+            elif wait is DONE:
+                reason = self._why_ended(served)
+                if not served.sink.closed:
+                    served.sink.end_now()
+                self._finish(served, reason)
+            else:
+                served.waiting = wait
+        except Exception as error:  # a bug: the stream is given up, never left half-served
+            log.error("a stream failed", error=repr(error), endpoint=served.stream.endpoint)
+            if served.sink is not None:
+                served.sink.abort()
+                self._finish(served, None)
+
+    def _looked_up(self, task: asyncio.Task) -> None:
+        self._lookups.discard(task)
+        if not task.cancelled():
+            self._advance(task.served)
+
+class Wait(enum.Enum):
+    """What a stream's driver waits for (`Hub._step`)."""
+
+    PARK = "park"  # something to write: the pass, a heartbeat, the catch-up queue or a poke
+    DRAIN = "drain"  # its sink's bytes to leave (or its client to go)
+    CHECK = "check"  # its task's lookup
+    DONE = "done"  # nothing: the stream is over
+
+
+PARK, DRAIN, CHECK, DONE = Wait
 
 
 class Served:
-    """The hub's record of a stream it serves: everything of it that is I/O. Its sink, the
-    future its coroutine is parked on (None while it runs), its place in the catch-up queue,
-    the heartbeat due since the heap fired, and what its access-log line reports that the
-    stream cannot know (the bytes handed to its sink, whether a reload revoked it). It is the
-    sink's listener: a client that leaves pokes it."""
+    """The hub's record of a stream it serves: everything of it that is I/O. Its sink, what
+    its driver waits for (`waiting`; None while it runs), the future its coroutine waits on
+    (a stream `serve`d, not `adopt`ed), its place in the catch-up queue, the heartbeat due
+    since the heap fired, and what its access-log line reports that the stream cannot know
+    (the bytes handed to its sink, whether a reload revoked it). It is the sink's listener: a
+    client that leaves, or a sink that drained, pokes it."""
 
-    __slots__ = ("stream", "sink", "waiter", "queued", "beat_due", "bytes_sent", "revoked")
+    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "beat_due", "bytes_sent", "revoked",
+                 "exchange")
 
     def __init__(self, stream: Stream):
         self.stream = stream
+        self.hub: Hub | None = None  # the hub that serves it, once it does (`Hub._open`)
         self.sink: Sink | None = None
+        self.waiting: Wait | None = None
         self.waiter: asyncio.Future | None = None
         self.queued = False  # waiting in the catch-up queue for its next piece (catchup.py)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
         self.revoked = False  # ended by a reload that took its token's right to it (`end_stream`)
+        self.exchange = None  # the access log's record of its request (access_log.py)
 
-    @property
-    def parked(self) -> bool:
+    def resume(self) -> None:
+        """Its driver runs again, on the loop's next turn: its coroutine, or `Hub._advance`."""
+        self.waiting = None
         waiter = self.waiter
-        return waiter is not None and not waiter.done()
+        if waiter is None:
+            self.hub._loop.call_soon(self.hub._advance, self)
+        elif not waiter.done():
+            waiter.set_result(None)
 
     def poke(self) -> None:
-        """Resume its coroutine if it is parked (the hub's, or the sink's on a disconnect)."""
-        if self.parked:
-            self.waiter.set_result(None)
+        """Something changed for it (the hub's pass or drain, its client left, its sink
+        drained): resume it if it was parked, or waiting on a sink that now lets it go on."""
+        waiting = self.waiting
+        if waiting is PARK or (waiting is DRAIN and (self.sink.closed or not self.sink.blocked)):
+            self.resume()

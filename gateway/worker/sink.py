@@ -2,10 +2,14 @@
 
 The hub hands each stream's body to its sink; the sink knows the server. A sink's `write`
 never awaits, so the hub writes every parked stream in its own pass, with no coroutine
-switch. A sink that cannot write at once (an ASGI send is a coroutine) keeps the body and
-answers blocked; the stream's coroutine then awaits `drain`, which sends it. The server
-adapter (gateway/worker/hypercorn/) makes the sinks: one straight to the transport where
-the server's internals allow it, one over plain ASGI sends everywhere else.
+switch. Two kinds, by `writes_at_once`:
+
+- True: the front of HTTP/1.1 connections (gateway/worker/http/), which is the connection's
+  protocol. It writes, drains and ends at once: the hub drives its stream with no coroutine
+  (`Hub.adopt`), and the sink pokes its listener when it drained, as when its client left.
+- False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2, a stream asked on a
+  connection hypercorn already serves). Such a sink keeps the body and answers blocked; the
+  stream's coroutine (`Hub.serve`) then awaits `drain`, which sends it, and `end`.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import Protocol
 
 class Listener(Protocol):
     def poke(self) -> None:
-        """Something changed for the stream: its coroutine looks again."""
+        """Something changed for the stream: its driver looks again (hub.Served.poke)."""
 
 
 class Sink(Protocol):
+    writes_at_once: bool  # see the module's docstring
+
     @property
     def closed(self) -> bool:
         """The client left, or the connection broke: nothing more is written."""
@@ -32,10 +38,12 @@ class Sink(Protocol):
         False: taken, but the sink is blocked until `drain`, or closed."""
 
     async def drain(self) -> None:
-        """Until what was written has left or the sink is closed; never raises."""
+        """Until what was written has left or the sink is closed; never raises (not
+        `writes_at_once`)."""
 
     async def end(self) -> None:
-        """End the response body (the stream is over and the client is still there)."""
+        """End the response body (the stream is over and the client is still there; not
+        `writes_at_once`: that kind ends with `end_now`)."""
 
     def abort(self) -> None:
         """Give the client up now, however much waits to leave: a stream whose reader stopped

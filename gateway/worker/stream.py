@@ -3,20 +3,20 @@
 Everything that moves a stream lives in this file: its states, what moves it between them
 (`TRANSITIONS`), which events it takes (`accepts`, `pass_over`), the lag rule's application,
 its replay and how it ends. The hub (hub.py) drives it and owns all its I/O: the sink, the
-parked coroutine, the place in the catch-up queue, the heartbeat due (`hub.Served`). The
+driver's wait, the place in the catch-up queue, the heartbeat due (`hub.Served`). The
 stream never reads a clock, a socket or a counter: each step takes what it needs as
 arguments and returns what happened, and the hub applies that with `move`.
 
     state     what it means                                      who acts
-    OPENING   made by the opening (app); its opening bytes       its coroutine writes the opening
+    OPENING   made by the opening (app); its opening bytes       the hub writes the opening
               (ack or task, gap) not yet written
-    PARKED    nothing needs an await                             the hub's pass and catch-up queue
-                                                                 write for it; its coroutine waits
-    BLOCKED   its sink holds bytes: nothing is written until     its coroutine awaits the drain
+    PARKED    nothing needs its driver                           the hub's pass and catch-up queue
+                                                                 write for it; its driver waits
+    BLOCKED   its sink holds bytes: nothing is written until     its driver waits for the drain
               they have left
-    CHECKING  a task stream that lost events had a heartbeat:    its coroutine drains, then asks the
+    CHECKING  a task stream that lost events had a heartbeat:    its driver drains, then asks the
               its ending may be among them                       sequencer for the task (`ending_from`)
-    ENDING    nothing more is written                            its coroutine ends the body
+    ENDING    nothing more is written                            its driver ends the body
 
     happened  what moves it
     OPENED    its opening was written and the sink takes more

@@ -9,6 +9,8 @@ count apart from the open requests, under a bound of their own (`PROBES_IN_FLIGH
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gateway.config import Config
 from gateway.metrics import Counters
 from gateway.tuning import PROBES_IN_FLIGHT
@@ -16,6 +18,9 @@ from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
 from gateway.worker.door.head import authorization_problem
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
+
+if TYPE_CHECKING:
+    from gateway.worker.hub import Served
 
 # Liveness and readiness: never refused for load, so they hold none of --max-connections'
 # places. Each is answered at once, so more than a few in flight on one worker is a flood
@@ -90,6 +95,18 @@ class Admission:
                         pass  # it had: the server ends the connection
                 raise
             finally:
-                self.open -= 1
+                if exchange.stream is None:
+                    self.open -= 1
         finally:
-            self.access.end(exchange)
+            if exchange.stream is None:
+                self.access.end(exchange)
+
+    def stream_over(self, served: Served, reason: str | None) -> None:
+        """A stream's request is over (the hub's `on_end`; `reason` None: it failed under it):
+        its places are given back and its line written. Its request's frames may have
+        returned long before (an adopted stream has none: hub.py)."""
+        exchange, served.exchange = served.exchange, None
+        self.rpc.openings.close(served)
+        self.open -= 1
+        exchange.ended = reason
+        self.access.end(exchange)

@@ -293,39 +293,41 @@ class Front(TransportSink):
         APPS.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("a stream request's app failed", error=repr(task.exception()))
-        self.release()
+        if self._listener is None:  # else its stream is open: the hub ends it (hub.py, `adopt`)
+            self.release()
 
     async def send(self, message: dict) -> None:
-        """The app's ASGI send: the answer framed as h11 frames it."""
+        """The app's ASGI send: the answer framed as h11 frames it, its head written with the
+        first bytes after it (one segment)."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         if message["type"] == "http.response.start":
             headers = message.get("headers", [])
-            block, self.chunked_answer = framing.head(message["status"], headers)
+            self.unsent, self.chunked_answer = framing.head(message["status"], headers)
             # a stream, and a refusal that says so, close the connection after the answer
             self.close_after = self.chunked_answer or framing.closes(headers)
             if self.chunked_answer:
                 self.buffer = None  # what the client sends after a stream request is ignored
-            transport.write(block)
             return
         body = message.get("body", b"")
         if not self.chunked_answer:
-            if body:
-                transport.write(body)
+            head, self.unsent = self.unsent, b""
+            if head or body:
+                transport.write(head + body)
         elif body:
-            transport.write(framing.chunk(body))
+            self.write(body)
         if not message.get("more_body", False):
-            await self.end()
+            self.end()
 
     # --- the sink (sink.py, transport_sink.py) ---
 
-    async def end(self) -> None:
-        """The answer's end: a stream's as `TransportSink.end`; after a refusal, the close, or
+    def end(self) -> None:
+        """The answer's end: a stream's as `TransportSink.end_now`; after a refusal, the close, or
         (the answer kept the connection) the next request handed to hypercorn."""
         if self.chunked_answer:
             self.chunked_answer = False
-            await super().end()
+            self.end_now()
             return
         transport = self.transport
         if transport is None or self.closed:

@@ -1,10 +1,13 @@
-"""A stream's sink (sink.py) that is its connection's protocol: the front (front.py), and the
-lean connection a stream hypercorn served is carried to (hypercorn/carried.py).
+"""A stream's sink (sink.py) that is its connection's protocol: the front of HTTP/1.1
+connections (front.py).
 
 It reads nothing but the client's leaving (a FIN or a reset ends the stream at once), writes
-each body as one chunk in one `transport.write`, and is blocked past the transport's
-high-water mark, so a reader that stops reading falls behind and lags instead of being
-buffered without bound.
+each body as one chunk in one `transport.write` (the first with the response head before it:
+one segment, one system call), and is blocked past the transport's high-water mark, so a
+reader that stops reading falls behind and lags instead of being buffered without bound. It
+writes, drains and ends at once (`writes_at_once`): the hub drives its stream with no
+coroutine (hub.py, `adopt`), and it pokes the stream's record when it drained or its client
+left.
 """
 
 from __future__ import annotations
@@ -15,32 +18,24 @@ from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
 
 
 class TransportSink(asyncio.Protocol):
-    __slots__ = ("transport", "high_water", "left", "_listener", "_paused", "_drained")
+    __slots__ = ("transport", "high_water", "left", "unsent", "_listener")
 
-    def __init__(self, transport: asyncio.Transport | None, left: bool = False, paused: bool = False):
+    writes_at_once = True
+
+    def __init__(self, transport: asyncio.Transport | None):
         self.transport = transport
         self.high_water = 0 if transport is None else transport.get_write_buffer_limits()[1]
-        self.left = left  # the client sent EOF, or the connection broke
+        self.left = False  # the client sent EOF, or the connection broke
+        self.unsent = b""  # the response head, written with the first chunk
         self._listener = None
-        self._paused = paused  # past the transport's high-water mark, until resume_writing
-        self._drained: asyncio.Future | None = None
 
     # the protocol: the client's leaving, and the write side's flow
     def connection_lost(self, exc) -> None:
         self._leave()
-        self._wake()
-
-    def pause_writing(self) -> None:
-        self._paused = True
 
     def resume_writing(self) -> None:
-        self._paused = False
-        self._wake()
-
-    def _wake(self) -> None:
-        drained, self._drained = self._drained, None
-        if drained is not None and not drained.done():
-            drained.set_result(None)
+        if self._listener is not None:
+            self._listener.poke()  # drained under the low-water mark: its stream goes on
 
     def _leave(self) -> None:
         if not self.left:
@@ -59,16 +54,14 @@ class TransportSink(asyncio.Protocol):
 
     def write(self, body: bytes) -> bool:
         transport = self.transport
-        transport.write(chunk(body))
+        if self.unsent:
+            head, self.unsent = self.unsent, b""
+            transport.write(head + chunk(body))
+        else:
+            transport.write(chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
-    async def drain(self) -> None:
-        """Until the transport's buffer is back under its low-water mark (as a writer's drain)."""
-        while self._paused and not self.closed:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-
-    async def end(self) -> None:
+    def end_now(self) -> None:
         """The terminating chunk, then the FIN, in one segment where the transport allows
         (`cork_until_fin`): the head said keep-alive, yet the connection closes after a stream,
         so a client that pools connections must find the close already there once it has
@@ -77,7 +70,8 @@ class TransportSink(asyncio.Protocol):
         if transport is None or self.closed:
             return
         cork_until_fin(transport)
-        transport.write(LAST_CHUNK)
+        head, self.unsent = self.unsent, b""
+        transport.write(head + LAST_CHUNK)
         close(transport)
 
     def abort(self) -> None:

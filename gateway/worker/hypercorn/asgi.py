@@ -40,6 +40,8 @@ spawn_app = spawn_app_over(Inbox)  # hypercorn's TaskGroup.spawn_app, in the pat
 class Connection:
     """The ASGI connection behind a sink: the end of the body, and the client's leaving."""
 
+    writes_at_once = False  # its bodies are ASGI sends: the hub drives it from a coroutine (hub.py)
+
     __slots__ = ("_send", "_receive", "_receiving", "_listener", "left")
 
     def __init__(self, send: Send, receive: Receive):
