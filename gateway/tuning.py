@@ -63,8 +63,10 @@ DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for 
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
 
 # Stream openings let through a turn of the loop (gateway/worker/pace.py): a storm's
-# openings go on a few a turn, so its timers, I/O and catch-up run between them.
-OPENINGS_PER_TURN = 16
+# openings go on a few dozen a turn, so its timers, I/O and catch-up run between them. An
+# opening the front serves costs about 0.1 ms of CPU (loadtest/RESULTS.md), so a turn's
+# openings hold the loop about 6 ms, as an accept burst does.
+OPENINGS_PER_TURN = 64
 
 # A worker hands glibc's free heap back every this many seconds (gateway/worker/malloc_trim.py).
 HEAP_TRIM_SECONDS = 5.0

@@ -37,7 +37,7 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      error_body)
 from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
 from gateway.worker.card import agent_card, with_own_address
-from gateway.worker.door import (CLOSE, Caller, Door, Refused, duplicate_member, header,
+from gateway.worker.door import (BODY_KEY, CLOSE, Caller, Door, Refused, duplicate_member, header,
                                  is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits
@@ -68,6 +68,9 @@ class RpcEndpoint:
     async def _read_body(self, scope: dict, receive, keep: bool = True) -> bytes | None:
         """The whole body (b"" when not `keep`, read only so the answer is not cut off by a
         reset); None when the client went away."""
+        read = scope.pop(BODY_KEY, None)
+        if read is not None:
+            return read if keep else b""
         limit = self.config.max_body_bytes
         length = header(scope, b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:

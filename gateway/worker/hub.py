@@ -308,9 +308,14 @@ class Hub:
 
     def reading_point(self) -> int:
         """Copy what the ring holds now, and answer its head: a stream opened `since` it loses
-        nothing written while its opening is read (app notes it before it reads the task)."""
-        self.sync()
-        return self.window.head
+        nothing written while its opening is read (app notes it before it reads the task).
+        When the window holds the ring's head and session already (a storm's openings, most
+        of them between two events), there is nothing to copy and no pass is run."""
+        ring, window = self.ring, self.window
+        if (ring.head != window.head or ring.epoch != self.epoch
+                or self.board.session_closed != window.session_closed_at):
+            self.sync()
+        return window.head
 
     @property
     def upstream_threaded(self) -> bool:

@@ -32,6 +32,7 @@ TEST_EXIT_ENV = "MURGW_TEST_WORKER_EXITS_AT_START"
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,
               counters_segment: Handle, control_path: str, wake_sock: socket.socket) -> None:
+    logs.per_turn(asyncio.get_running_loop())  # two access-log lines a stream: one write a turn
     sink_for = hypercorn.prepare()
     ring = Ring.attach(ring_segment)
     counters = Counters.attach(counters_segment, Role.WORKER, index)
@@ -80,4 +81,7 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: H
     if os.environ.get(TEST_EXIT_ENV):
         logs.get("worker").error("exiting at start", worker=index, hook=TEST_EXIT_ENV)
         sys.exit(3)
-    hypercorn.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))
+    try:
+        hypercorn.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))
+    finally:
+        logs.flush()

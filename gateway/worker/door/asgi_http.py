@@ -11,6 +11,10 @@ CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 RETRY_AFTER_SECONDS = 1
 RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
+# Where a server that read the whole body before the app ran (the front of HTTP/1.1
+# connections, within --max-body-bytes) puts it in the ASGI scope: the app takes it from
+# there, with no receive and no body timer.
+BODY_KEY = "murgw.body"
 
 
 def header(scope: dict, name: bytes) -> str | None:

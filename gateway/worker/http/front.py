@@ -12,12 +12,13 @@ where the request goes:
 - `POST /` with a JSON body, HTTP/1.1, no Upgrade, Expect or `Connection: close`: the front
   reads the body (bounded by --max-body-bytes and --body-timeout) to learn the JSON-RPC
   method. A stream method (activation.STREAM_METHODS) is served here: the worker's app
-  (door.Admission, then dispatch.RpcEndpoint: the same door as every request) runs with
-  this object's `send` and `receive`, and the stream's sink (sink.py) is this object, which
-  writes each chunk in one `transport.write` and ends the stream as hypercorn did (the
-  terminating chunk and the FIN in one segment). A refusal of it is framed as h11 frames
-  it (framing.py). Bytes the client sends after a stream request are ignored; its FIN or
-  reset ends the stream at once.
+  (door.Admission, then dispatch.RpcEndpoint: the same door as every request) runs in a
+  short task with this object's `send` and `receive` and the body in its scope, and the
+  stream's sink (sink.py) is this object, which writes each chunk in one `transport.write`
+  and ends the stream as hypercorn did (the terminating chunk and the FIN in one segment).
+  Once the stream is open, that task is over: the hub drives the stream with no coroutine
+  (hub.py, `adopt`). A refusal of it is framed as h11 frames it (framing.py). Bytes the
+  client sends after a stream request are ignored; its FIN or reset ends the stream at once.
 - Anything else (another method or path, HTTP/1.0, an Upgrade, HTTP/2's preface or ALPN
   `h2`, a head the parser does not take, a body over the limit or too slow): the
   connection is handed to the protocol hypercorn asked the loop for, through asyncio's
@@ -42,7 +43,7 @@ import orjson
 from gateway import logs
 from gateway.config import Config
 from gateway.protocol.activation import STREAM_METHODS
-from gateway.worker.door import head, is_json_content_type
+from gateway.worker.door import BODY_KEY, head, is_json_content_type
 from gateway.worker.http import framing, head_checks
 from gateway.worker.http.head_checks import Parsed
 from gateway.worker.http.transport_sink import TransportSink, close
@@ -274,20 +275,19 @@ class Front(TransportSink):
 
     def _serve(self, body: bytes) -> None:
         scope = self._scope()
+        scope[BODY_KEY] = body  # read whole already: the app takes it from the scope
         self.request = None
-        bodies = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> dict:
-            if bodies:
-                return bodies.pop()
-            if not self.left:
-                self._gone = asyncio.get_running_loop().create_future()
-                await self._gone
-            return {"type": "http.disconnect"}
-
-        task = asyncio.get_running_loop().create_task(self.settings.app(scope, receive, self.send))
+        task = asyncio.get_running_loop().create_task(self.settings.app(scope, self.receive, self.send))
         APPS.add(task)
         task.add_done_callback(self._app_done)
+
+    async def receive(self) -> dict:
+        """The app's ASGI receive: the body is in the scope (BODY_KEY), so only the client's
+        leaving is left to tell."""
+        if not self.left:
+            self._gone = asyncio.get_running_loop().create_future()
+            await self._gone
+        return {"type": "http.disconnect"}
 
     def _app_done(self, task: asyncio.Task) -> None:
         APPS.discard(task)
