@@ -12,9 +12,10 @@ from gateway.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
 from gateway.worker.access_log import exchange_of
-from gateway.worker.door.asgi_http import NOSNIFF, RETRY_AFTER, header, respond_bytes
+from gateway.worker.door.asgi_http import NOSNIFF, RETRY_AFTER, respond_bytes
 from gateway.worker.door.auth import Door
 from gateway.worker.door.refusal import Refused, refuse
+from gateway.worker.door.request_head import head_of
 from gateway.worker.limits import ClientLimits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -30,7 +31,7 @@ class AttachmentEndpoint:
             return
         try:
             await self.limits.check_rate(scope)
-            rule = self.door.authenticate(header(scope, b"authorization"))
+            rule = self.door.authenticate(head_of(scope).get(b"authorization"))
             if rule is not None:
                 exchange_of(scope).caller = rule.name
             caller = self.door.authorize(rule, GET_TASK)

@@ -37,7 +37,7 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      error_body)
 from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
 from gateway.worker.card import agent_card, with_own_address
-from gateway.worker.door import (BODY_KEY, CLOSE, Caller, Door, Refused, duplicate_member, header,
+from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, Caller, Door, Refused, duplicate_member, head_of,
                                  is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
 from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits
@@ -72,7 +72,7 @@ class RpcEndpoint:
         if read is not None:
             return read if keep else b""
         limit = self.config.max_body_bytes
-        length = header(scope, b"content-length")
+        length = head_of(scope).get(b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise Refused(413, f"request body exceeds {limit} bytes")
         chunks, size = [], 0
@@ -96,9 +96,10 @@ class RpcEndpoint:
 
     def _admit(self, scope: dict) -> TokenRule | None:
         """The refusals decided from the head alone; the caller's token rule."""
-        if not is_json_content_type(header(scope, b"content-type")):
+        head = head_of(scope)
+        if not is_json_content_type(head.get(b"content-type")):
             raise Refused(404, "not found: POST / takes a JSON body with content-type application/json")
-        return self.door.authenticate(header(scope, b"authorization"))
+        return self.door.authenticate(head.get(b"authorization"))
 
     async def __call__(self, scope, receive, send) -> None:
         exchange = exchange_of(scope)
@@ -128,6 +129,7 @@ class RpcEndpoint:
             # stays alive with it.
             del body
             scope["headers"] = []  # read for the last time when the stream opened
+            scope.pop(HEAD_KEY, None)
             sink = self.sink_for(server_send(send), receive)
             self.access.stream_opened(exchange, served)
             # Its end is the hub's to report (`Hub.on_end`: `Admission.stream_over`), whether
@@ -154,7 +156,7 @@ class RpcEndpoint:
                 raise RpcError(INVALID_REQUEST, f"the request names its {twice!r} member more than once")
             method = exchange.method = self._check_request(request)
             caller = self.door.authorize(rule, method)
-            check_version(header(scope, b"a2a-version"))
+            check_version(head_of(scope).get(b"a2a-version"))
             params = request.get("params")
             if params is None:
                 params = {}

@@ -26,7 +26,7 @@ from gateway.metrics import Counters
 from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_SESSION
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
-from gateway.worker.door import Caller, header, header_values
+from gateway.worker.door import Caller, head_of
 from gateway.worker.hub import Hub, Served
 from gateway.worker.limits import ClientLimits, Holding
 from gateway.worker.pace import OpeningPace
@@ -84,7 +84,7 @@ class Openings:
         # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
         # stream keeps its id for as long as it is open, so keep a right-sized copy.
         rpc_id_json = bytes(memoryview(orjson.dumps(rpc_id)))
-        ext_values = header_values(scope, b"a2a-extensions")
+        ext_values = head_of(scope).all(b"a2a-extensions")
         activated = activation.connection_activated(method, ext_values)
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
             params.get("message") if isinstance(params.get("message"), dict) else {})
@@ -125,7 +125,7 @@ class Openings:
 
     def _replay_plan(self, scope: dict, watch: bool) -> ReplayPlan:
         """What the stream replays (`Last-Event-ID`), counted by its outcome."""
-        plan = plan_replay(watch=watch, last_event_id=parse_last_event_id(header(scope, b"last-event-id")),
+        plan = plan_replay(watch=watch, last_event_id=parse_last_event_id(head_of(scope).get(b"last-event-id")),
                            oldest=self.hub.oldest, next_id=self.hub.next_id)
         self.counters.add("replays", label="none" if plan.after is None else
                           "gap" if plan.gap is not None else "replayed")

@@ -18,6 +18,7 @@ from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
 from gateway.worker.door.head import authorization_problem
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
+from gateway.worker.door.request_head import head_of
 
 if TYPE_CHECKING:
     from gateway.worker.hub import Served
@@ -41,14 +42,12 @@ class Admission:
         self.probes = 0  # probes in flight, apart from `open` (PROBE_PATHS)
 
     def _refusal(self, scope: dict) -> Refused | None:
-        headers = scope["headers"]
-        if len(headers) > self.config.max_headers:
+        head = head_of(scope)
+        if head.lines > self.config.max_headers:
             return Refused(431, f"the request has more than {self.config.max_headers} header lines", [CLOSE])
-        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + sum(
-            len(name) + len(value) for name, value in headers)
-        if size > self.config.max_header_bytes:
+        if head.size > self.config.max_header_bytes:
             return Refused(431, f"the request head exceeds {self.config.max_header_bytes} bytes", [CLOSE])
-        ambiguous = authorization_problem(headers)
+        ambiguous = authorization_problem(head.count(b"authorization"))
         if ambiguous is not None:
             return Refused(400, ambiguous, [CLOSE])
         if scope["path"] in PROBE_PATHS:

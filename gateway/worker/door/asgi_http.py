@@ -1,7 +1,8 @@
-"""The raw ASGI the door speaks: a request head's headers read, and a whole answer sent.
+"""The raw ASGI the door speaks: a whole answer sent (the head is read through
+request_head.py's view).
 
-`POST /` and the attachment endpoint are raw ASGI (dispatch.py says why), so they read the
-head and send their answers here rather than through Starlette's Request and Response.
+`POST /` and the attachment endpoint are raw ASGI (dispatch.py says why), so they send their
+answers here rather than through Starlette's Response.
 """
 
 from __future__ import annotations
@@ -15,17 +16,6 @@ RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 # connections, within --max-body-bytes) puts it in the ASGI scope: the app takes it from
 # there, with no receive and no body timer.
 BODY_KEY = "murgw.body"
-
-
-def header(scope: dict, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def header_values(scope: dict, name: bytes) -> list[str]:
-    return [value.decode("latin-1") for key, value in scope["headers"] if key.lower() == name]
 
 
 async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:

@@ -89,4 +89,5 @@ def well_formed(request: Parsed, parser) -> bool:
 
 def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
     """A problem in the headers as parsed (names lowercased): the door's rules (door/head.py)."""
-    return framing_problem(headers) or authorization_problem(headers)
+    return framing_problem(headers) or authorization_problem(
+        sum(1 for name, _ in headers if name == b"authorization"))
