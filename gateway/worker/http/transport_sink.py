@@ -45,6 +45,7 @@ class TransportSink(asyncio.Protocol):
     def _leave(self) -> None:
         if not self.left:
             self.left = True
+            self._wake()  # a stream waiting in `drain` for a reader that left ends now
             if self._listener is not None:
                 self._listener.poke()
 
@@ -92,7 +93,11 @@ class TransportSink(asyncio.Protocol):
 
     def release(self) -> None:
         transport, self.transport, self._listener = self.transport, None, None
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        if self.left and transport.get_write_buffer_size():
+            transport.abort()  # its client left: what it never read is dropped, not kept for it
+        else:
             transport.close()  # the stream is over: so is its connection
 
 
