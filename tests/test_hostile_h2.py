@@ -19,7 +19,7 @@ from support import GatewayOptions, rpc_body, running_gateway, scrape, wait_for,
 
 WATCH = "murmur.WatchSession"
 STREAMS = 20
-FEW_MB = 16 * 1024  # KiB: the worker's RSS after the streams ended, over its level before
+FEW_MB = 4 * 1024  # KiB over the worker's RSS before: 1.8-2.3 MB measured in 28 runs (7 per departure), plus noise
 
 
 class ShutWindowClient:
@@ -94,7 +94,7 @@ def test_security_claim_a_fin_or_a_reset_ends_a_stream_blocked_on_a_shut_http2_w
         wait_for(lambda: gw.stderr().count('"stream end"') >= STREAMS + 1, what="every stream end logged")
         ends = [rec for rec in gw.logs() if rec.get("event") == "stream end" and rec.get("reason") == "client_left"]
         assert len(ends) >= STREAMS
-        assert rss_kib(worker) - before < FEW_MB
+        assert rss_kib(worker) - before < FEW_MB, (before, rss_kib(worker))
 
 
 class PlainH2:
