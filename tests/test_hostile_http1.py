@@ -9,7 +9,8 @@ import re
 import orjson
 import pytest
 
-from support import GatewayOptions, Http, headers_for, running_gateway, until_close
+from gateway.worker.http.front import SWITCH as STREAM_PATH
+from support import GatewayOptions, Http, headers_for, running_gateway, scrape, series, until_close, wait_for
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
@@ -123,3 +124,35 @@ def test_security_claim_trailing_slash_redirects_are_off(gateway):
     """SECURITY.md: no redirect that would echo the client's Host."""
     data = until_close(gateway.port, b"GET /healthz/ HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
     assert statuses(data) == [404] and b"location" not in data.lower() and b"evil.example" not in data
+
+
+REFUSED = "murgw_requests_refused_total"
+# what each refused head counts as (AMBIGUOUS's cases, then the rest)
+COUNTED = {"cl_and_te": "ambiguous", "obs_fold": "ambiguous", "bare_lf_header": "ambiguous",
+           "bare_lf_request_line": "ambiguous", "bare_lf_end": "ambiguous",
+           "http_2_0_request_line": "version_not_supported", "lowercase_method": "not_implemented"}
+MORE_REFUSED = {
+    "two_authorizations": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n"
+                           b"Authorization: Bearer b\r\n\r\n", 400, "ambiguous"),
+    "malformed_header_line": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Name: x\r\n\r\n", 400, "bad_request"),
+    "unknown_transfer_coding": (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+                                "not_implemented"),
+}
+
+
+@pytest.mark.parametrize("path", ["front", "hypercorn"])
+def test_every_refused_head_is_counted_by_reason(tmp_path, path):
+    """The answers to heads no route sees (the front's, hypercorn's h11) count in
+    murgw_requests_refused_total like the door's refusals, an ambiguous head as `ambiguous`,
+    each once, on both paths a connection can take."""
+    cases = [(request, status, COUNTED[name]) for name, (request, status) in AMBIGUOUS.items()]
+    cases += MORE_REFUSED.values()
+    env = {STREAM_PATH: "hypercorn"} if path == "hypercorn" else {}
+    with running_gateway(workers=1, metrics=True, env=env, tmp_path=tmp_path) as gw:
+        before = series(scrape(gw.metrics_port), REFUSED)
+        for request, status, _ in cases:
+            assert statuses(until_close(gw.port, request + HEALTHZ)) == [status], request
+        expected = dict(before)
+        for _, _, reason in cases:
+            expected[f'{REFUSED}{{reason="{reason}"}}'] += 1
+        wait_for(lambda: series(scrape(gw.metrics_port), REFUSED) == expected, what="every refusal counted")
