@@ -174,6 +174,23 @@ def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_windo
         client.sock.close()
 
 
+def test_security_claim_two_authorization_headers_are_refused_over_http2(gateway):
+    """[claim: two-authorizations] As on HTTP/1.1: 400 with problem details, never served."""
+    client = PlainH2(gateway.port)
+    try:
+        stream_id = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(stream_id, [
+            (b":method", b"GET"), (b":path", b"/healthz"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+            (b"authorization", b"Bearer a"), (b"authorization", b"Bearer b")], end_stream=True)
+        client.sock.sendall(client.conn.data_to_send())
+        events = client.until(h2.events.StreamEnded, stream_id)
+        [head] = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
+        body = b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived))
+        assert int(dict(head.headers)[b":status"]) == 400 and b"more than one Authorization header" in body
+    finally:
+        client.sock.close()
+
+
 @pytest.fixture(scope="module")
 def gateway_options():
     return GatewayOptions(workers=1)

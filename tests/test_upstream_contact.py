@@ -85,6 +85,27 @@ def test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged(certs, 
         assert error_of(b.port, "GetTask", {"id": "tsk_none"}) == (-32603, "the upstream capsule is unreachable")
 
 
+def test_security_claim_an_https_upstream_must_hold_a_certificate_for_its_host(certs, tmp_path):
+    """[claim: upstream-verified] A's certificate chains to the CA B trusts but names another
+    host than B's --upstream: B refuses it as it refuses an untrusted chain (the chain itself
+    is test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged's)."""
+    elsewhere = certs.ca.issue_cert("capsule.example")
+    certfile, keyfile = tmp_path / "elsewhere.pem", tmp_path / "elsewhere.key"
+    for pem in elsewhere.cert_chain_pems:
+        pem.write_to_path(str(certfile), append=True)
+    elsewhere.private_key_pem.write_to_path(str(keyfile))
+    unnamed = certs.client_context()
+    unnamed.check_hostname = False  # the test's own readiness check
+    with running_gateway("--certfile", str(certfile), "--keyfile", str(keyfile), tls=unnamed, tmp_path=tmp_path) as a, \
+            running_gateway("--upstream", f"https://localhost:{a.port}", "--upstream-cacert", certs.cafile,
+                            tmp_path=tmp_path, ready=False) as b:
+        lost = wait_for(lambda: [r for r in b.logs() if r.get("event") == "upstream stream lost"],
+                        what="B to log the refused certificate")
+        assert "Hostname mismatch" in lost[0]["error"], lost[0]
+        assert not upstream_ready(b.port)
+        assert error_of(b.port, "GetTask", {"id": "tsk_none"}) == (-32603, "the upstream capsule is unreachable")
+
+
 def test_a_restarted_upstream_is_a_new_session_before_its_first_event(tmp_path):
     """A comes back with an empty replay buffer and writes nothing: B's link, resuming one id
     before its last, reads an empty replay up to A's first heartbeat, so its watcher gets
