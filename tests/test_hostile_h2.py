@@ -174,6 +174,26 @@ def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_windo
         client.sock.close()
 
 
+def test_security_claim_each_http2_stream_holds_a_max_connections_place(tmp_path):
+    """[claim: h2-streams-counted] Two watch streams on one connection take a worker's two
+    places: the third stream is refused 503 with Retry-After, and the connection stays up."""
+    with running_gateway("--max-connections", "2", workers=1, tmp_path=tmp_path) as gw:
+        client = PlainH2(gw.port)
+        try:
+            heads = []
+            for _ in range(3):
+                body = rpc_body(WATCH, {})
+                stream_id = client.post_head(len(body))
+                client.conn.send_data(stream_id, body, end_stream=True)
+                client.sock.sendall(client.conn.data_to_send())
+                [head] = [e for e in client.until(h2.events.ResponseReceived, stream_id)
+                          if isinstance(e, h2.events.ResponseReceived)]
+                heads.append(dict(head.headers))
+            assert [int(h[b":status"]) for h in heads] == [200, 200, 503] and heads[2][b"retry-after"] == b"1"
+        finally:
+            client.sock.close()
+
+
 def test_security_claim_two_authorization_headers_are_refused_over_http2(gateway):
     """[claim: two-authorizations] As on HTTP/1.1: 400 with problem details, never served."""
     client = PlainH2(gateway.port)

@@ -41,6 +41,13 @@ def test_body_over_the_limit_is_413(gateway):
     assert refusal(exchange(gateway.port, chunked), 413) == "request body exceeds 4096 bytes"
 
 
+def test_a_declared_length_over_the_limit_is_413_before_any_body(gateway):
+    """[claim: body-size] Only the head is sent: the answer is 413 at once, not the 408 a
+    door waiting for the body would give after --body-timeout."""
+    declared = head("POST", "/", headers_for(extra=[("Content-Length", "10000000")]))
+    assert refusal(exchange(gateway.port, declared), 413) == "request body exceeds 4096 bytes"
+
+
 def test_too_many_header_lines_is_431_and_closes(gateway):
     extra = [(f"X-Filler-{i}", "y") for i in range(12)]
     answer = exchange(gateway.port, head("GET", "/healthz", extra))
@@ -80,6 +87,12 @@ def test_json_nested_deeper_than_the_limit_is_invalid_request(gateway):
     assert answer["id"] == "d" and answer["error"]["code"] == -32600
     assert answer["error"]["message"] == "the request nests arrays and objects deeper than 32 levels"
     assert rpc_error(exchange(gateway.port, post(orjson.dumps(nested(32)))))["error"]["code"] == -32001
+
+
+def test_json_nested_past_what_the_parser_reads_is_a_parse_error(gateway):
+    """[claim: json-depth] Beyond 1024 levels orjson itself refuses: -32700."""
+    body = b'{"jsonrpc":"2.0","id":"d","method":"GetTask","params":{"deep":' + b"[" * 1100 + b"]" * 1100 + b"}}"
+    assert rpc_error(exchange(gateway.port, post(body)))["error"]["code"] == -32700
 
 
 def test_the_deepest_configurable_nesting_still_travels_to_the_sequencer(tmp_path):
