@@ -78,6 +78,7 @@ def test_a_path_is_logged_with_its_status_and_cut_short(gateway):
 
 
 def test_refusals_are_logged_and_no_token_ever_is(gateway):
+    """[claim: tokens-never-logged]"""
     status, _, _ = rpc(gateway.port, "ListTasks", {}, token=NOT_A_TOKEN)
     assert status == 401
     unauthenticated = line_where(gateway, "request", status=401)

@@ -71,7 +71,7 @@ def rss_kib(pid: int) -> int:
 
 @pytest.mark.parametrize("how", ["fin", "rst", "goaway", "rst_stream"])
 def test_security_claim_a_fin_or_a_reset_ends_a_stream_blocked_on_a_shut_http2_window(tmp_path, how):
-    """20 watch streams on one connection with a zero window while events flow: once each is
+    """[claim: h2-client-leaves] 20 watch streams on one connection with a zero window while events flow: once each is
     surely blocked (an HTTP/1.1 watcher read more than the 32 KiB hypercorn buffers per HTTP/2
     stream), the client leaves; every place is freed, every stream logs its end, and the
     worker's memory is back near its level before the streams opened."""
@@ -143,7 +143,7 @@ class PlainH2:
 
 
 def test_security_claim_a_stream_over_the_concurrency_limit_is_refused_alone(gateway):
-    """The 101st concurrent stream gets RST_STREAM REFUSED_STREAM, not a GOAWAY: the 100
+    """[claim: h2-refused-stream] The 101st concurrent stream gets RST_STREAM REFUSED_STREAM, not a GOAWAY: the 100
     others stay, and once one ends a new stream is served."""
     client = PlainH2(gateway.port)
     try:
@@ -157,7 +157,7 @@ def test_security_claim_a_stream_over_the_concurrency_limit_is_refused_alone(gat
 
 
 def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_window_back(gateway):
-    """A body the gateway refused from its head (413) that the client sends anyway: the
+    """[claim: h2-data-credited] A body the gateway refused from its head (413) that the client sends anyway: the
     connection's window is credited for it and the connection stays up, past the 64 KiB window
     many times over."""
     client = PlainH2(gateway.port)
@@ -175,7 +175,7 @@ def test_security_claim_data_on_a_finished_stream_gives_the_connection_its_windo
 
 
 def test_security_claim_each_http2_stream_holds_a_max_connections_place(tmp_path):
-    """[claim: h2-streams-counted] Two watch streams on one connection take a worker's two
+    """[claim: h2-prior-knowledge] [claim: h2-streams-counted] Two watch streams on one connection take a worker's two
     places: the third stream is refused 503 with Retry-After, and the connection stays up."""
     with running_gateway("--max-connections", "2", workers=1, tmp_path=tmp_path) as gw:
         client = PlainH2(gw.port)

@@ -41,7 +41,7 @@ def test_client_without_the_ca_refuses_the_certificate(gateway):
 
 
 def test_plain_http_on_a_tls_door_is_answered_400_in_plain_http_then_closed(gateway):
-    """As nginx does: the answer names the mistake, in the protocol the client spoke."""
+    """[claim: plain-http-on-tls] As nginx does: the answer names the mistake, in the protocol the client spoke."""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         raw = b""
@@ -227,7 +227,7 @@ def test_security_claim_tls_is_1_2_or_later_without_compression(gateway, certs):
 
 
 def test_security_claim_a_handshake_is_bounded_and_metrics_stay_plain(certs, tmp_path):
-    """[claim: tls-handshake-bounded] With --header-timeout 0.5, a connection that sends
+    """[claim: tls-handshake-bounded] [claim: metrics-plain] With --header-timeout 0.5, a connection that sends
     nothing, and one that stops inside its ClientHello, are closed by the gateway (the
     client's own timeout is 10 s); `/metrics` is plain HTTP on its own address."""
     with running_gateway(*certs.args, "--header-timeout", "0.5", tls=certs.client_context(), metrics=True,

@@ -43,6 +43,7 @@ def error_of(port: int, method: str, params: dict) -> tuple[int, str]:
     ("capsule:52222", "is not an http:// or https:// URL"),
 ])
 def test_an_upstream_url_that_cannot_work_stops_the_start(url, reason):
+    """[claim: upstream-url-credentials]"""
     done = start("--upstream", url)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
@@ -76,6 +77,7 @@ def test_an_https_upstream_with_a_private_ca(certs, tmp_path):
 
 
 def test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged(certs, tmp_path):
+    """[claim: upstream-verified]"""
     with running_gateway(*certs.args, tls=certs.client_context(), tmp_path=tmp_path) as a, \
             running_gateway("--upstream", f"https://localhost:{a.port}", tmp_path=tmp_path, ready=False) as b:
         lost = wait_for(lambda: [r for r in b.logs() if r.get("event") == "upstream stream lost"],
@@ -160,6 +162,7 @@ def test_a_link_that_breaks_on_the_same_session_is_not_a_new_session(tmp_path):
 
 
 def test_an_unreachable_upstream_is_worded_for_the_client(tmp_path):
+    """[claim: upstream-own-words]"""
     with running_gateway(tmp_path=tmp_path) as a:
         port = a.port
         with front_of(a, tmp_path) as b:
@@ -176,6 +179,7 @@ def test_an_unreachable_upstream_is_worded_for_the_client(tmp_path):
 
 
 def test_an_upstream_that_refuses_bs_token_is_worded_for_the_client(tmp_path):
+    """[claim: upstream-own-words]"""
     config = tmp_path / "door.toml"
     config.write_text(token_table([("link", LINK_TOKEN, ["*"])]))
     with running_gateway("--config", str(config), tmp_path=tmp_path) as a, \
