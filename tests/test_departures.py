@@ -50,7 +50,7 @@ def test_security_claim_a_watcher_that_stopped_reading_ends_when_it_leaves(tmp_p
             with SSEStream(gw.port, WATCH, {}) as witness:
                 start = witness.read_until(lambda e: e.id is not None)[-1].id
                 witness.read_until(lambda e: e.id is not None and e.id >= start + 1000)
-            assert opened() == 1
+            wait_for(lambda: opened() == 1, what="the witness's place freed; the stalled stream's held")
             leave(stalled.http.sock, how)
             wait_for(lambda: opened() == 0, what=f"the stalled stream's place freed after its {how}")
         finally:
