@@ -62,8 +62,10 @@ def test_absolute_form_target_is_served_as_its_origin_form(gateway):
 
 
 def test_two_http10_requests_in_one_write_get_the_first_answered_then_the_close(gateway):
-    """[claim: closing-request]"""
+    """[claim: closing-request] HTTP/1.0, then HTTP/1.1 with `Connection: close`."""
     data = until_close(gateway.port, b"GET /healthz HTTP/1.0\r\n\r\n" * 2)
+    assert statuses(data) == [200], data
+    data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" * 2)
     assert statuses(data) == [200], data
 
 
