@@ -21,7 +21,7 @@ from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TAS
 from gateway.protocol.errors import ERRORS
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.stall import PULSE_SECONDS
-from gateway.worker.problem import REFUSAL_REASONS
+from gateway.worker.problem import REFUSAL_LABELS
 from shm import CounterBlocks
 
 PREFIX = "murgw_"
@@ -50,7 +50,8 @@ COUNTERS = {
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests the door refused (HTTP status, problem details), by reason; "
-                         "capacity: 503 at --max-connections.", "reason", tuple(REFUSAL_REASONS.values())),
+                         "capacity: 503 at --max-connections; ambiguous: 400, a head two readers could read "
+                         "two ways.", "reason", REFUSAL_LABELS),
     "jsonrpc_errors": ("counter", "JSON-RPC error answers, by code.", "code", JSONRPC_CODES),
     "requests_limited": ("counter", "Requests answered 429 by a per-client or per-token limit.",
                          "limit", LIMITS),

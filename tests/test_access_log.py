@@ -78,6 +78,7 @@ def test_a_path_is_logged_with_its_status_and_cut_short(gateway):
 
 
 def test_refusals_are_logged_and_no_token_ever_is(gateway):
+    """[claim: tokens-never-logged]"""
     status, _, _ = rpc(gateway.port, "ListTasks", {}, token=NOT_A_TOKEN)
     assert status == 401
     unauthenticated = line_where(gateway, "request", status=401)
@@ -140,8 +141,9 @@ def test_a_401_counts_as_refused_unauthenticated_and_no_jsonrpc_error(gateway):
 def test_every_reason_and_code_is_served_at_zero_from_start(tmp_path):
     with running_gateway(workers=1, metrics=True, tmp_path=tmp_path) as gw:
         samples = scrape(gw.metrics_port)
-    reasons = {"unauthenticated", "forbidden", "not_found", "method_not_allowed", "timeout",
-               "body_too_large", "headers_too_large", "capacity"}
+    reasons = {"bad_request", "ambiguous", "unauthenticated", "forbidden", "not_found", "method_not_allowed",
+               "timeout", "body_too_large", "headers_too_large", "not_implemented", "capacity",
+               "version_not_supported"}
     assert {k.split('"')[1] for k in series(samples, REFUSED)} == reasons
     codes = {"-32700", "-32600", "-32601", "-32602", "-32603", "-32001", "-32002", "-32003",
              "-32004", "-32005", "-32007", "-32009"}

@@ -73,7 +73,7 @@ def gateway_options():
 
 @pytest.mark.parametrize("leave", [half_close, SSEStream.close, reset], ids=["fin", "fin-and-close", "reset"])
 def test_a_watcher_that_leaves_frees_its_place_at_once(gateway, leave):
-    """DECISIONS: a client's FIN on a stream, like a reset, ends the stream and frees its place
+    """[claim: client-leaves] DECISIONS: a client's FIN on a stream, like a reset, ends the stream and frees its place
     (a killed `curl` sends a FIN). Each case first fills the three places again, so the case
     before it freed them all."""
     gw = gateway
@@ -93,7 +93,7 @@ def test_a_watcher_that_leaves_frees_its_place_at_once(gateway, leave):
 
 
 def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
-    """The door alone, in process: a probe whose answer cannot leave (its client reads nothing,
+    """[claim: probes-bounded] The door alone, in process: a probe whose answer cannot leave (its client reads nothing,
     so the server's send waits) holds one of PROBES_IN_FLIGHT and none of --max-connections'
     places; past PROBES_IN_FLIGHT a probe is refused, while a request still has its place."""
     from gateway import config as gateway_config

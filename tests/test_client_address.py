@@ -79,7 +79,7 @@ def test_forwarded(value, client):
 
 
 def test_both_headers_naming_different_clients_count_the_peer():
-    """A proxy that appends only X-Forwarded-For passes on a client's own `Forwarded`: the
+    """[claim: forwarded-client] A proxy that appends only X-Forwarded-For passes on a client's own `Forwarded`: the
     client must not pick its key by writing one."""
     s = scope("10.9.9.9", ("X-Forwarded-For", "6.6.6.6"), ("Forwarded", "for=1.2.3.4"))
     assert client_of(s, TRUSTED) == "10.9.9.9"
@@ -106,6 +106,7 @@ def test_both_headers_naming_the_same_client_name_it():
     ("X-Forwarded-For", "1.2.3.4:http"),
 ])
 def test_malformed_falls_back_to_the_peer(name, value):
+    """[claim: forwarded-client]"""
     assert client_of(scope("10.9.9.9", (name, value)), TRUSTED) == "10.9.9.9"
 
 
@@ -156,6 +157,7 @@ def _untrusted(text: str) -> bool:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(addresses.filter(_untrusted), min_size=1, max_size=6), st.integers(0, 3))
 def test_rightmost_untrusted_of_any_chain(chain, trusted_hops):
+    """[claim: forwarded-client]"""
     value = ", ".join(chain + [f"10.0.0.{i + 1}" for i in range(trusted_hops)])
     assert client_of(scope("10.9.9.9", ("X-Forwarded-For", value)), TRUSTED) == chain[-1]
     value = ", ".join(f'for="[{a}]"' if ":" in a else f"for={a}" for a in chain)

@@ -69,6 +69,7 @@ def test_bucket_holds_at_least_one():
 
 
 def test_bucket_table_is_bounded_and_forgets_refilled():
+    """[claim: client-rate]"""
     buckets = RateBuckets(capacity=100)
     for i in range(1000):
         buckets.take(f"c{i}", 1.0, 5, 0.0)

@@ -50,6 +50,7 @@ def open_watch_on(port: int, worker_pid: int | None, avoid: int | None, **option
 
 
 def test_client_streams_across_two_workers(tmp_path):
+    """[claim: client-streams]"""
     with running_gateway("--max-streams-per-client", "2", workers=2, metrics=True) as gw:
         assert scrape(gw.metrics_port)['murgw_requests_limited_total{limit="client_streams"}'] == 0
         first = watch(gw.port)
@@ -79,6 +80,7 @@ def _opened(stream: SSEStream) -> SSEStream | None:
 
 
 def test_trusted_proxy_names_the_client():
+    """[claim: forwarded-client]"""
     with running_gateway("--max-streams-per-client", "1", "--trusted-proxies", "127.0.0.1/32") as gw:
         one = watch(gw.port, **forwarded_for("192.0.2.1"))
         other = watch(gw.port, **forwarded_for("203.0.113.7, 127.0.0.1"))
@@ -99,6 +101,7 @@ def test_trusted_proxy_names_the_client():
 
 
 def test_untrusted_proxy_headers_are_ignored():
+    """[claim: forwarded-client]"""
     with running_gateway("--max-streams-per-client", "1", "--trusted-proxies", "10.0.0.0/8") as gw:
         one = watch(gw.port, **forwarded_for("192.0.2.1"))
         other = watch(gw.port, **forwarded_for("203.0.113.7"))
@@ -111,6 +114,7 @@ def test_untrusted_proxy_headers_are_ignored():
 
 
 def test_request_rate_bucket_across_workers():
+    """[claim: client-rate]"""
     with running_gateway("--client-request-rate", "0.01", "--client-request-burst", "3",
                          "--trusted-proxies", "127.0.0.1/32", workers=2, metrics=True) as gw:
         answers = [rpc(gw.port, "ListTasks", {}) for _ in range(3)]
@@ -129,6 +133,7 @@ def test_request_rate_bucket_across_workers():
 
 
 def test_each_http2_stream_counts_as_one(certs):
+    """[claim: client-streams]"""
     with running_gateway(*certs.args, "--max-streams-per-client", "2", tls=certs.client_context(),
                          workers=2) as gw:
         h2 = H2Connection(gw.port, certs.client_context())
@@ -154,6 +159,7 @@ def test_each_http2_stream_counts_as_one(certs):
 
 
 def test_token_max_streams(tmp_path):
+    """[claim: token-streams]"""
     (tmp_path / "door.toml").write_text(token_table([
         ("capped", "capped-token-1", ["*"], 1), ("free", "free-token-2", ["*"])]))
     with running_gateway("--config", str(tmp_path / "door.toml"), workers=2, metrics=True) as gw:

@@ -162,7 +162,7 @@ STRICT_FILES = [  # (a file, the one line that refuses it)
 
 @pytest.mark.parametrize("toml, line", STRICT_FILES)
 def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
-    """A typo must never pass in silence: in [network.authentication] it would open the door."""
+    """[claim: config-typo] A typo must never pass in silence: in [network.authentication] it would open the door."""
     from gateway.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"

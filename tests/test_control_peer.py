@@ -59,6 +59,7 @@ def probe(address: str, user: int | None) -> str:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
 def test_another_users_process_gets_no_answer_from_the_control_socket(tmp_path):
+    """[claim: control-peer]"""
     with running_gateway(tmp_path=tmp_path) as gw:
         address = control_address(gw.pid)
         assert '"ok":{"tasks":' in probe(address, None)  # the gateway's own user is answered

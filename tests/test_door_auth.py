@@ -57,6 +57,7 @@ def reply(task_id: str) -> dict:
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("token", [None, "not-a-token"])
 def test_no_or_unknown_token_is_401_with_problem_details_before_any_stream(gateway, method, token):
+    """[claim: auth-401]"""
     status, headers, body = rpc(gateway.port, method, {}, token=token)
     assert status == 401 and headers["www-authenticate"].startswith("Bearer")
     assert problem_detail(401, headers, body) == (
@@ -65,6 +66,7 @@ def test_no_or_unknown_token_is_401_with_problem_details_before_any_stream(gatew
 
 
 def test_401_is_decided_from_the_head_before_the_body_is_read(gateway):
+    """[claim: auth-401]"""
     for body in (b"not json at all", b"{" * 100, b'{"jsonrpc":"2.0","id":1,"method":"NoSuchMethod"}'):
         status, headers, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
         assert status == 401 and problem_detail(401, headers, answer)
@@ -72,6 +74,7 @@ def test_401_is_decided_from_the_head_before_the_body_is_read(gateway):
 
 @pytest.mark.parametrize("method", ["murmur.WatchSession", "GetTask", "murmur.StopSession"])
 def test_a_token_without_the_methods_scope_is_403_with_problem_details(gateway, method):
+    """[claim: auth-403]"""
     status, headers, body = rpc(gateway.port, method, {}, token=NARROW)
     assert status == 403
     assert problem_detail(403, headers, body) == f"the token does not hold the {method} scope"
@@ -83,6 +86,7 @@ def test_a_scoped_token_reaches_its_method(gateway):
 
 
 def test_public_card_names_the_scheme_and_lists_the_stream_after_the_door(gateway):
+    """[claim: public-card]"""
     status, _, body = Http(gateway.port).request("GET", "/.well-known/agent-card.json")
     assert status == 200
     card = orjson.loads(body)
@@ -95,6 +99,7 @@ def test_public_card_names_the_scheme_and_lists_the_stream_after_the_door(gatewa
 
 
 def test_extended_card_needs_a_token_and_carries_the_stream_extension(gateway):
+    """[claim: public-card]"""
     assert rpc(gateway.port, "GetExtendedAgentCard", {})[0] == 401
     status, _, body = rpc(gateway.port, "GetExtendedAgentCard", {}, token=ALICE)
     assert status == 200
@@ -103,6 +108,7 @@ def test_extended_card_needs_a_token_and_carries_the_stream_extension(gateway):
 
 
 def test_tokens_are_never_logged(gateway):
+    """[claim: tokens-never-logged]"""
     for token in (*TOKENS, "wrong-token-5e4d3c"):
         rpc(gateway.port, "GetTask", {"id": "tsk_none"}, token=token)
         rpc(gateway.port, "SendMessage", {"message": "bad"}, token=token)
@@ -134,6 +140,7 @@ CALLS = {
 
 @pytest.mark.parametrize("method", CALLS)
 def test_an_unseen_task_is_answered_exactly_like_an_unknown_one(gateway, alices_waiting_task, method):
+    """[claim: unseen-is-unknown]"""
     task_id, unknown = alices_waiting_task, unknown_like(alices_waiting_task)
     seen = rpc(gateway.port, method, CALLS[method](task_id), token=BOB, rpc_id="q")
     unseen = rpc(gateway.port, method, CALLS[method](unknown), token=BOB, rpc_id="q")
@@ -145,6 +152,7 @@ def test_an_unseen_task_is_answered_exactly_like_an_unknown_one(gateway, alices_
 
 
 def test_list_tasks_shows_own_tasks_and_watch_scope_shows_all(gateway, alices_waiting_task):
+    """[claim: task-visibility]"""
     bobs = create(gateway.port, BOB, "/scenario input")
 
     def listed(token: str) -> set[str]:
@@ -159,6 +167,7 @@ def test_list_tasks_shows_own_tasks_and_watch_scope_shows_all(gateway, alices_wa
 
 
 def test_a_rotated_token_under_the_same_name_keeps_its_tasks(gateway, alices_waiting_task):
+    """[claim: task-owner-name]"""
     assert state_of(gateway.port, ALICE_NEXT, alices_waiting_task) == "TASK_STATE_INPUT_REQUIRED"
 
 
@@ -186,6 +195,7 @@ def get(port: int, path: str, token: str | None = None, method: str = "GET"):
 
 
 def test_attachment_rows(gateway, alices_attachment):
+    """[claim: unseen-is-unknown] [claim: attachments-nosniff]"""
     url, sha = alices_attachment["url"], alices_attachment["sha256"]
     task_id = url.split("/")[2]
     for token in (ALICE, ALICE_NEXT, OPS):
@@ -213,6 +223,7 @@ def test_attachment_rows(gateway, alices_attachment):
     "/attachments/.//etc/passwd", "/attachments//etc/passwd", "/attachments/tsk_x/%00",
 ])
 def test_no_path_outside_the_attachment_store_is_reachable(gateway, path):
+    """[claim: attachments-no-path]"""
     status, headers, body = get(gateway.port, path, ALICE)
     assert status == 404 and b"root:" not in body
 
@@ -282,10 +293,12 @@ def check_context_rule(port: int, alice_task: str) -> None:
 
 
 def test_security_claim_a_context_belongs_to_its_callers(gateway, alices_waiting_task):
+    """[claim: context-owners]"""
     check_context_rule(gateway.port, alices_waiting_task)
 
 
 def test_security_claim_a_context_belongs_to_its_callers_upstream(tmp_path):
+    """[claim: context-owners]"""
     config = tmp_path / "door.toml"
     config.write_text(token_table(RULES))
     with running_gateway(workers=1, tmp_path=tmp_path) as a, front_of(a, tmp_path, "--config", str(config),

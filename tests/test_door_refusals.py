@@ -29,6 +29,7 @@ def raw(port: int, request: bytes) -> bytes:
 
 
 def test_a_refusal_is_exactly_these_bytes(gateway):
+    """[claim: problem-details]"""
     body = (b'{"type":"about:blank","title":"Not Found","status":404,'
             b'"detail":"not found: POST / takes a JSON body with content-type application/json"}')
     assert raw(gateway.port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
@@ -55,6 +56,7 @@ def test_post_with_an_empty_body_is_404(gateway, body):
 @pytest.mark.parametrize("method, path, allow", [("GET", "/", "POST"), ("PUT", "/", "POST"),
                                                  ("POST", "/healthz", "GET, HEAD"), ("DELETE", "/readyz", "GET, HEAD")])
 def test_a_method_the_path_does_not_take_is_405_naming_what_it_takes(gateway, method, path, allow):
+    """[claim: unknown-path-method]"""
     body = b"" if method == "GET" else b"{}"
     answer = raw(gateway.port, b"%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
                  % (method.encode(), path.encode(), len(body), body))
@@ -67,11 +69,13 @@ def test_a_method_the_path_does_not_take_is_405_naming_what_it_takes(gateway, me
 
 
 def test_an_unknown_path_is_404(gateway):
+    """[claim: unknown-path-method]"""
     status, headers, body = Http(gateway.port).request("GET", "/no/such/thing")
     assert status == 404 and problem_detail(404, headers, body) == "nothing is served at this path"
 
 
 def test_bytes_that_are_not_http_get_problem_details_and_a_close(gateway):
+    """[claim: malformed-http]"""
     answer = raw(gateway.port, b"NOT HTTP AT ALL\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
@@ -81,6 +85,7 @@ def test_bytes_that_are_not_http_get_problem_details_and_a_close(gateway):
 
 
 def test_a_websocket_handshake_is_refused_with_problem_details(gateway):
+    """[claim: websocket-refused]"""
     answer = raw(gateway.port, b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")

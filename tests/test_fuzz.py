@@ -280,12 +280,14 @@ def started_pids(gateway) -> dict[int, int]:
           suppress_health_check=list(HealthCheck))
 @given(case=rpc_cases() | junk_cases())
 def test_every_answer_is_well_formed_and_documented(gateway, case):
+    """[claim: fuzz]"""
     note(repr(case.data[:2000]))
     tally["cases"] += 1
     check(case, exchange(gateway.port, case.data, method=case.method, half_close=True))
 
 
 def test_no_worker_died_and_a_watcher_is_still_served(gateway, started_pids):
+    """[claim: fuzz]"""
     restarts = gateway.stderr().count(DIED)
     if REPORT:
         with open(REPORT, "w") as fh:

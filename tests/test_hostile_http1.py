@@ -9,7 +9,8 @@ import re
 import orjson
 import pytest
 
-from support import GatewayOptions, Http, headers_for, running_gateway, until_close
+from gateway.worker.http.front import SWITCH as STREAM_PATH
+from support import GatewayOptions, Http, headers_for, running_gateway, scrape, series, until_close, wait_for
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
@@ -39,7 +40,7 @@ AMBIGUOUS = {
 @pytest.mark.parametrize("case", sorted(AMBIGUOUS))
 @pytest.mark.parametrize("after_keep_alive", [False, True], ids=["first", "keep_alive"])
 def test_security_claim_no_ambiguous_request_is_served(gateway, case, after_keep_alive):
-    """The ambiguous head is refused and the connection closed: the request pipelined behind
+    """[claim: ambiguous-head] The ambiguous head is refused and the connection closed: the request pipelined behind
     it is never answered (a front end framing the bytes otherwise cannot smuggle it in)."""
     request, status = AMBIGUOUS[case]
     data = until_close(gateway.port, (HEALTHZ if after_keep_alive else b"") + request + HEALTHZ)
@@ -47,30 +48,36 @@ def test_security_claim_no_ambiguous_request_is_served(gateway, case, after_keep
 
 
 def test_two_authorization_headers_are_refused(gateway):
+    """[claim: two-authorizations]"""
     data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n"
                                      b"Authorization: Bearer b\r\nConnection: close\r\n\r\n")
     assert statuses(data) == [400] and b"more than one Authorization header" in data
 
 
 def test_absolute_form_target_is_served_as_its_origin_form(gateway):
+    """[claim: absolute-form]"""
     data = until_close(gateway.port, b"GET http://example.test/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                      b"Connection: close\r\n\r\n")
     assert statuses(data) == [200], data
 
 
 def test_two_http10_requests_in_one_write_get_the_first_answered_then_the_close(gateway):
+    """[claim: closing-request] HTTP/1.0, then HTTP/1.1 with `Connection: close`."""
     data = until_close(gateway.port, b"GET /healthz HTTP/1.0\r\n\r\n" * 2)
+    assert statuses(data) == [200], data
+    data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" * 2)
     assert statuses(data) == [200], data
 
 
 def test_security_claim_no_h2c_upgrade_by_default(gateway):
-    """`Upgrade: h2c` is ignored: the request is answered over HTTP/1.1, never 101."""
+    """[claim: no-h2c-upgrade] `Upgrade: h2c` is ignored: the request is answered over HTTP/1.1, never 101."""
     data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
                                      b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n" + b"")
     assert statuses(data)[:1] == [200], data
 
 
 def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
+    """[claim: no-h2c-upgrade]"""
     with running_gateway("--h2c-upgrade", "on", workers=1, tmp_path=tmp_path) as gw:
         data = until_close(gw.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
                                     b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
@@ -87,7 +94,7 @@ def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
     b'{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"ListTasks"}',
 ], ids=["method", "escaped_method", "id", "params", "jsonrpc"])
 def test_security_claim_a_request_naming_a_member_twice_is_invalid(gateway, body):
-    """orjson keeps the last of two members, a log or filter may read the first: neither is
+    """[claim: member-twice] orjson keeps the last of two members, a log or filter may read the first: neither is
     served. The session is not stopped (readiness stays 200)."""
     status, _, answer = Http(gateway.port).request("POST", "/", headers_for(), body)
     answer = orjson.loads(answer)
@@ -109,17 +116,50 @@ def card_url(port: int, host: bytes | None) -> str:
 
 
 def test_security_claim_the_card_never_names_a_clients_host(gateway):
-    """Not the Host a client wrote (the card is cacheable), and never `:0` without one."""
+    """[claim: card-url] Not the Host a client wrote (the card is cacheable), and never `:0` without one."""
     assert card_url(gateway.port, b"evil.example") == card_url(gateway.port, None) == \
         f"http://127.0.0.1:{gateway.port}/"
 
 
 def test_the_card_names_the_public_url(tmp_path):
+    """[claim: card-url]"""
     with running_gateway("--public-url", "https://agents.example:8443", workers=1, tmp_path=tmp_path) as gw:
         assert card_url(gw.port, b"evil.example") == "https://agents.example:8443/"
 
 
 def test_security_claim_trailing_slash_redirects_are_off(gateway):
-    """SECURITY.md: no redirect that would echo the client's Host."""
+    """[claim: no-trailing-slash-redirect] SECURITY.md: no redirect that would echo the client's Host."""
     data = until_close(gateway.port, b"GET /healthz/ HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
     assert statuses(data) == [404] and b"location" not in data.lower() and b"evil.example" not in data
+
+
+REFUSED = "murgw_requests_refused_total"
+# what each refused head counts as (AMBIGUOUS's cases, then the rest)
+COUNTED = {"cl_and_te": "ambiguous", "obs_fold": "ambiguous", "bare_lf_header": "ambiguous",
+           "bare_lf_request_line": "ambiguous", "bare_lf_end": "ambiguous",
+           "http_2_0_request_line": "version_not_supported", "lowercase_method": "not_implemented"}
+MORE_REFUSED = {
+    "two_authorizations": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n"
+                           b"Authorization: Bearer b\r\n\r\n", 400, "ambiguous"),
+    "malformed_header_line": (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Name: x\r\n\r\n", 400, "bad_request"),
+    "unknown_transfer_coding": (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+                                "not_implemented"),
+}
+
+
+@pytest.mark.parametrize("path", ["front", "hypercorn"])
+def test_every_refused_head_is_counted_by_reason(tmp_path, path):
+    """[claim: refusals-counted] The answers to heads no route sees (the front's, hypercorn's h11) count in
+    murgw_requests_refused_total like the door's refusals, an ambiguous head as `ambiguous`,
+    each once, on both paths a connection can take."""
+    cases = [(request, status, COUNTED[name]) for name, (request, status) in AMBIGUOUS.items()]
+    cases += MORE_REFUSED.values()
+    env = {STREAM_PATH: "hypercorn"} if path == "hypercorn" else {}
+    with running_gateway(workers=1, metrics=True, env=env, tmp_path=tmp_path) as gw:
+        before = series(scrape(gw.metrics_port), REFUSED)
+        for request, status, _ in cases:
+            assert statuses(until_close(gw.port, request + HEALTHZ)) == [status], request
+        expected = dict(before)
+        for _, _, reason in cases:
+            expected[f'{REFUSED}{{reason="{reason}"}}'] += 1
+        wait_for(lambda: series(scrape(gw.metrics_port), REFUSED) == expected, what="every refusal counted")

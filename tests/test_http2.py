@@ -156,9 +156,9 @@ def test_replay_over_http2_is_the_http1_replay(gateway, certs):
 
 
 def test_stalled_http2_stream_lags_while_its_neighbour_goes_on(certs, tmp_path):
-    """One connection, two watch streams; one's flow-control window is held shut (a reader that
-    stopped reading): it lags and stays open, and the other stream on the same connection reaches
-    the end while the first is still stalled."""
+    """[claim: h2-stalled-bounded] One connection, two watch streams; one's flow-control window
+    is held shut (a reader that stopped reading): it lags and stays open, and the other stream
+    on the same connection reaches the end while the first is still stalled."""
     with running_gateway(*certs.args, tls=certs.client_context(), workers=1, tmp_path=tmp_path) as gw:
         h2 = H2Connection(gw.port, certs.client_context())
         try:

@@ -34,6 +34,7 @@ def gateway_options():
 
 
 def test_body_over_the_limit_is_413(gateway):
+    """[claim: body-size]"""
     big = rpc_body("GetTask", {"id": "x" * 5000})
     assert refusal(exchange(gateway.port, post(big)), 413) == "request body exceeds 4096 bytes"
     chunked = head("POST", "/", [*headers_for(), ("Transfer-Encoding", "chunked")])
@@ -41,7 +42,15 @@ def test_body_over_the_limit_is_413(gateway):
     assert refusal(exchange(gateway.port, chunked), 413) == "request body exceeds 4096 bytes"
 
 
+def test_a_declared_length_over_the_limit_is_413_before_any_body(gateway):
+    """[claim: body-size] Only the head is sent: the answer is 413 at once, not the 408 a
+    door waiting for the body would give after --body-timeout."""
+    declared = head("POST", "/", headers_for(extra=[("Content-Length", "10000000")]))
+    assert refusal(exchange(gateway.port, declared), 413) == "request body exceeds 4096 bytes"
+
+
 def test_too_many_header_lines_is_431_and_closes(gateway):
+    """[claim: header-lines]"""
     extra = [(f"X-Filler-{i}", "y") for i in range(12)]
     answer = exchange(gateway.port, head("GET", "/healthz", extra))
     assert refusal(answer, 431) == "the request has more than 12 header lines"
@@ -50,6 +59,7 @@ def test_too_many_header_lines_is_431_and_closes(gateway):
 
 
 def test_a_head_over_the_limit_is_431(gateway):
+    """[claim: head-size]"""
     answer = exchange(gateway.port, head("GET", "/healthz", [("X-Big", "a" * 2100)]), method="GET")
     assert refusal(answer, 431) == "the request head exceeds 2048 bytes"
     answer = exchange(gateway.port, head("GET", "/healthz?" + "q" * 2100, []), method="GET")
@@ -57,6 +67,7 @@ def test_a_head_over_the_limit_is_431(gateway):
 
 
 def test_a_head_that_never_ends_is_cut_off_at_the_buffer_cap(gateway):
+    """[claim: head-size]"""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -70,6 +81,7 @@ def test_a_head_that_never_ends_is_cut_off_at_the_buffer_cap(gateway):
 
 
 def test_json_nested_deeper_than_the_limit_is_invalid_request(gateway):
+    """[claim: json-depth]"""
     def nested(depth: int) -> dict:  # the request object is level 1, params level 2
         value: object = {}
         for _ in range(depth - 3):
@@ -80,6 +92,12 @@ def test_json_nested_deeper_than_the_limit_is_invalid_request(gateway):
     assert answer["id"] == "d" and answer["error"]["code"] == -32600
     assert answer["error"]["message"] == "the request nests arrays and objects deeper than 32 levels"
     assert rpc_error(exchange(gateway.port, post(orjson.dumps(nested(32)))))["error"]["code"] == -32001
+
+
+def test_json_nested_past_what_the_parser_reads_is_a_parse_error(gateway):
+    """[claim: json-depth] Beyond 1024 levels orjson itself refuses: -32700."""
+    body = b'{"jsonrpc":"2.0","id":"d","method":"GetTask","params":{"deep":' + b"[" * 1100 + b"]" * 1100 + b"}}"
+    assert rpc_error(exchange(gateway.port, post(body)))["error"]["code"] == -32700
 
 
 def test_the_deepest_configurable_nesting_still_travels_to_the_sequencer(tmp_path):
@@ -94,6 +112,7 @@ def test_the_deepest_configurable_nesting_still_travels_to_the_sequencer(tmp_pat
 
 
 def test_a_long_rpc_id_is_invalid_request_answered_with_a_null_id(gateway):
+    """[claim: rpc-id-length]"""
     answer = rpc_error(exchange(gateway.port, post(rpc_body("GetTask", {"id": "tsk_x"}, "123456789"))))
     assert answer["id"] is None and answer["error"]["code"] == -32600
     assert answer["error"]["message"] == "the request id is longer than 8 characters"
@@ -102,6 +121,7 @@ def test_a_long_rpc_id_is_invalid_request_answered_with_a_null_id(gateway):
 
 
 def test_a_body_that_stalls_is_408_and_closes(gateway):
+    """[claim: body-timeout]"""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(head("POST", "/", [*headers_for(), ("Content-Length", "100")]) + b'{"jsonrpc"')
         data = b""
@@ -115,6 +135,7 @@ def test_a_body_that_stalls_is_408_and_closes(gateway):
 
 
 def test_slow_request_headers_are_closed_after_the_header_timeout(gateway):
+    """[claim: header-timeout]"""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         closed, answer = False, b""
@@ -138,6 +159,7 @@ CARD = head("GET", "/.well-known/agent-card.json", [])
 
 
 def test_open_requests_per_worker_are_capped_with_503_and_retry_after(tmp_path):
+    """[claim: max-connections]"""
     with running_gateway("--max-connections", "2", tmp_path=tmp_path, workers=1) as gw:
         first = SSEStream(gw.port, WATCH, {})
         second = SSEStream(gw.port, WATCH, {})
@@ -158,7 +180,7 @@ def test_open_requests_per_worker_are_capped_with_503_and_retry_after(tmp_path):
 
 @pytest.mark.parametrize("value", ["", "-1", "abc", "1e3", "+5", "0x10", "1 2"])
 def test_a_last_event_id_that_is_not_a_number_replays_a_watch_from_zero(gateway, value):
-    """DECISIONS: trimmed; only decimal digits are a number. The spec's Replay table: a watch
+    """[claim: last-event-id] DECISIONS: trimmed; only decimal digits are a number. The spec's Replay table: a watch
     replays from 0 when the header is not a number."""
     with SSEStream(gateway.port, WATCH, {}, last_event_id=value) as stream:
         assert item(stream.next()).frame["frame"] == "connection-ack"
@@ -168,7 +190,7 @@ def test_a_last_event_id_that_is_not_a_number_replays_a_watch_from_zero(gateway,
 
 @pytest.mark.parametrize("value", [str(2**64 - 1), str(2**64), "9" * 1500, "0" * 300 + "7" * 30])
 def test_a_last_event_id_beyond_any_issued_id_is_a_gap(gateway, value):
-    """Beyond 64 bits the id was never issued by this session: a gap naming the oldest id."""
+    """[claim: last-event-id] Beyond 64 bits the id was never issued by this session: a gap naming the oldest id."""
     with SSEStream(gateway.port, WATCH, {}, last_event_id=value) as stream:
         assert item(stream.next()).frame["frame"] == "connection-ack"
         gap = item(stream.next()).frame
@@ -190,6 +212,7 @@ def anon_kib(pid: int) -> int:
 
 
 def test_a_watcher_that_never_reads_costs_bounded_memory(tmp_path):
+    """[claim: never-reading-watcher]"""
     frame = 16384
     with running_gateway("--sim-load", "2000", "--sim-load-size", str(frame), tmp_path=tmp_path,
                          workers=1) as gw:

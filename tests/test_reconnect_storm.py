@@ -134,6 +134,7 @@ def test_a_reader_too_slow_for_its_replay_is_told_what_it_lost(tmp_path):
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the accept queue")
 def test_listen_backlog_is_the_configured_value_never_above_somaxconn():
+    """[claim: listen-backlog]"""
     with running_gateway("--listen-backlog", "300", workers=2) as gateway:
         assert listen_backlog(gateway.port) == min(300, somaxconn())
     with running_gateway("--listen-backlog", str(somaxconn() + 1000), workers=2) as gateway:

@@ -30,6 +30,7 @@ def read_to_end(stream: SSEStream) -> None:
 
 
 def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
+    """[claim: token-rotation]"""
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))
     with running_gateway("--config", str(door), "--sim-load", "50", workers=2, metrics=True,

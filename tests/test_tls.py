@@ -41,7 +41,7 @@ def test_client_without_the_ca_refuses_the_certificate(gateway):
 
 
 def test_plain_http_on_a_tls_door_is_answered_400_in_plain_http_then_closed(gateway):
-    """As nginx does: the answer names the mistake, in the protocol the client spoke."""
+    """[claim: plain-http-on-tls] As nginx does: the answer names the mistake, in the protocol the client spoke."""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         raw = b""
@@ -205,3 +205,35 @@ def test_tls_server_accepts_in_bursts(certs):
         assert loop.run_until_complete(scenario()) == b"over tls\n"
     finally:
         loop.close()
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
+def test_security_claim_tls_is_1_2_or_later_without_compression(gateway, certs):
+    """[claim: tls-versions] A client that offers TLS 1.1 at most is refused in the handshake;
+    TLS 1.2 and 1.3 are served, never compressed."""
+    old = certs.client_context()
+    old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")  # this client would offer it; the door must refuse
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as raw:
+        with pytest.raises(ssl.SSLError) as refused:
+            old.wrap_socket(raw, server_hostname="127.0.0.1")
+        assert "NO_PROTOCOLS_AVAILABLE" not in str(refused.value)  # offered, and refused by the gateway
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        context = certs.client_context()
+        context.minimum_version = context.maximum_version = version
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                assert tls.version() == version.name.replace("v1_", "v1.") and tls.compression() is None
+
+
+def test_security_claim_a_handshake_is_bounded_and_metrics_stay_plain(certs, tmp_path):
+    """[claim: tls-handshake-bounded] [claim: metrics-plain] With --header-timeout 0.5, a connection that sends
+    nothing, and one that stops inside its ClientHello, are closed by the gateway (the
+    client's own timeout is 10 s); `/metrics` is plain HTTP on its own address."""
+    with running_gateway(*certs.args, "--header-timeout", "0.5", tls=certs.client_context(), metrics=True,
+                         workers=1, tmp_path=tmp_path) as gw:
+        for sent in (b"", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"):
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+                sock.sendall(sent)
+                assert sock.recv(65536) == b""
+        assert httpx.get(f"http://127.0.0.1:{gw.metrics_port}/metrics").status_code == 200

@@ -37,6 +37,7 @@ def reloads_applied(gw) -> float:
 
 
 def test_sighup_rotates_the_certificate_without_dropping_streams(tmp_path):
+    """[claim: cert-reload]"""
     certs = Certificates(tmp_path)
     with running_gateway(*certs.args, "--sim-load", "50", workers=2, metrics=True, tmp_path=tmp_path,
                          tls=certs.client_context()) as gw:

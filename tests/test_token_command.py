@@ -31,6 +31,7 @@ def test_the_printed_entry_loads_and_the_printed_token_authenticates(tmp_path):
 
 
 def test_a_scope_the_gateway_does_not_serve_is_refused_exit_2():
+    """[claim: config-typo]"""
     done = token_new("ops", "--scopes", "Bogus")
     assert done.returncode == 2 and done.stdout == ""
     assert "--scopes: 'Bogus' is not a method this gateway serves" in done.stderr

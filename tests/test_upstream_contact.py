@@ -43,6 +43,7 @@ def error_of(port: int, method: str, params: dict) -> tuple[int, str]:
     ("capsule:52222", "is not an http:// or https:// URL"),
 ])
 def test_an_upstream_url_that_cannot_work_stops_the_start(url, reason):
+    """[claim: upstream-url-credentials]"""
     done = start("--upstream", url)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
@@ -76,11 +77,33 @@ def test_an_https_upstream_with_a_private_ca(certs, tmp_path):
 
 
 def test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged(certs, tmp_path):
+    """[claim: upstream-verified]"""
     with running_gateway(*certs.args, tls=certs.client_context(), tmp_path=tmp_path) as a, \
             running_gateway("--upstream", f"https://localhost:{a.port}", tmp_path=tmp_path, ready=False) as b:
         lost = wait_for(lambda: [r for r in b.logs() if r.get("event") == "upstream stream lost"],
                         what="B to log the refused certificate")
         assert "its TLS certificate is not trusted" in lost[0]["error"], lost[0]
+        assert not upstream_ready(b.port)
+        assert error_of(b.port, "GetTask", {"id": "tsk_none"}) == (-32603, "the upstream capsule is unreachable")
+
+
+def test_security_claim_an_https_upstream_must_hold_a_certificate_for_its_host(certs, tmp_path):
+    """[claim: upstream-verified] A's certificate chains to the CA B trusts but names another
+    host than B's --upstream: B refuses it as it refuses an untrusted chain (the chain itself
+    is test_an_https_upstream_outside_the_trusted_cas_is_refused_and_logged's)."""
+    elsewhere = certs.ca.issue_cert("capsule.example")
+    certfile, keyfile = tmp_path / "elsewhere.pem", tmp_path / "elsewhere.key"
+    for pem in elsewhere.cert_chain_pems:
+        pem.write_to_path(str(certfile), append=True)
+    elsewhere.private_key_pem.write_to_path(str(keyfile))
+    unnamed = certs.client_context()
+    unnamed.check_hostname = False  # the test's own readiness check
+    with running_gateway("--certfile", str(certfile), "--keyfile", str(keyfile), tls=unnamed, tmp_path=tmp_path) as a, \
+            running_gateway("--upstream", f"https://localhost:{a.port}", "--upstream-cacert", certs.cafile,
+                            tmp_path=tmp_path, ready=False) as b:
+        lost = wait_for(lambda: [r for r in b.logs() if r.get("event") == "upstream stream lost"],
+                        what="B to log the refused certificate")
+        assert "Hostname mismatch" in lost[0]["error"], lost[0]
         assert not upstream_ready(b.port)
         assert error_of(b.port, "GetTask", {"id": "tsk_none"}) == (-32603, "the upstream capsule is unreachable")
 
@@ -139,6 +162,7 @@ def test_a_link_that_breaks_on_the_same_session_is_not_a_new_session(tmp_path):
 
 
 def test_an_unreachable_upstream_is_worded_for_the_client(tmp_path):
+    """[claim: upstream-own-words]"""
     with running_gateway(tmp_path=tmp_path) as a:
         port = a.port
         with front_of(a, tmp_path) as b:
@@ -155,6 +179,7 @@ def test_an_unreachable_upstream_is_worded_for_the_client(tmp_path):
 
 
 def test_an_upstream_that_refuses_bs_token_is_worded_for_the_client(tmp_path):
+    """[claim: upstream-own-words]"""
     config = tmp_path / "door.toml"
     config.write_text(token_table([("link", LINK_TOKEN, ["*"])]))
     with running_gateway("--config", str(config), tmp_path=tmp_path) as a, \

@@ -125,6 +125,7 @@ def test_task_appears_streams_in_order_and_completes(browser, tmp_path):
 
 
 def test_hostile_text_is_shown_and_never_runs(browser, tmp_path):
+    """[claim: watch-page-text]"""
     with running_gateway(workers=1, tmp_path=tmp_path) as gw:
         open_page(browser, gw.port)
         task_id = send(gw.port, "/scenario input prompt=Which?")
@@ -158,6 +159,7 @@ def test_reconnect_resumes_after_the_last_id(browser, tmp_path):
 
 
 def test_door_with_authentication_asks_for_a_token_kept_in_memory(browser, tmp_path):
+    """[claim: watch-page-token]"""
     config = tmp_path / "door.toml"
     config.write_text('[[network.authentication.tokens]]\nname = "ops"\n'
                       f'sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\nscopes = ["*"]\n')
@@ -181,6 +183,7 @@ def test_door_with_authentication_asks_for_a_token_kept_in_memory(browser, tmp_p
 
 
 def test_page_headers_and_watch_page_off(tmp_path):
+    """[claim: watch-page-csp]"""
     with running_gateway(workers=1, tmp_path=tmp_path) as gw:
         for path, media in (("/watch", "text/html"), ("/watch/app.js", "text/javascript"),
                             ("/watch/app.css", "text/css")):

@@ -4,7 +4,8 @@ A head that two readers could frame or read differently is never served: a front
 frames by Content-Length while this door frames by chunks (request smuggling, RFC 9112
 §6.1), a folded or bare-LF line that a proxy reads as two lines, two `Authorization` headers
 of which a filter checks one and the door the other. Each function answers why a head is
-refused (None when it is not), so every path that reads heads calls the same rule:
+refused (None when it is not; every 400 reason is one of `AMBIGUITIES`, which the refusal
+counter tells apart), so every path that reads heads calls the same rule:
 hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py), the door's ASGI admission (every
 protocol: `authorization_problem`), and the front of HTTP/1.1 connections
 (gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`).
@@ -21,6 +22,10 @@ BARE_LINE_END = "a line of the request head ends in a bare LF or CR, not CRLF"
 OBS_FOLD = "a header line is folded (obs-fold)"
 CL_AND_TE = "the request has both Content-Length and Transfer-Encoding"
 TWO_AUTHORIZATIONS = "the request has more than one Authorization header"
+NUL = "the request head holds a NUL byte"
+LEADING_WHITESPACE = "the request line begins with whitespace"
+TWO_LENGTHS = "the request has two different Content-Lengths"
+AMBIGUITIES = frozenset({BARE_LINE_END, OBS_FOLD, CL_AND_TE, TWO_AUTHORIZATIONS, NUL, LEADING_WHITESPACE, TWO_LENGTHS})
 
 
 def line_problem(lines: list, raw_length: int) -> str | None:
@@ -41,7 +46,7 @@ def raw_problem(raw: bytes) -> str | None:
     start a CRLF not yet read), for a reader that sees the bytes before any parser: a NUL, a
     line end other than CRLF, a folded line, a request line that begins with whitespace."""
     if b"\x00" in raw:
-        return "the request head holds a NUL byte"
+        return NUL
     if raw.endswith(b"\r"):
         raw = raw[:-1]
     crlfs = raw.count(CRLF)
@@ -50,7 +55,7 @@ def raw_problem(raw: bytes) -> str | None:
     if any(CRLF + fold in raw for fold in FOLD):
         return OBS_FOLD
     if raw[:1] in FOLD:
-        return "the request line begins with whitespace"
+        return LEADING_WHITESPACE
     return None
 
 
@@ -66,7 +71,7 @@ def framing_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     if lengths and encoded:
         return CL_AND_TE
     if len(lengths) > 1:
-        return "the request has two different Content-Lengths"
+        return TWO_LENGTHS
     return None
 
 

@@ -2,13 +2,17 @@
 
 A `Refused` is an HTTP status and problem details (problem.py) saying why. Where it counts
 is decided when it is made: a door refusal in murgw_requests_refused_total{reason} (the
-reasons are problem.py's `REFUSAL_REASONS`), a per-client or per-token limit's 429 in
+reasons are problem.py's `REFUSAL_LABELS`), a per-client or per-token limit's 429 in
 murgw_requests_limited_total{limit} (limits.py), and the gateway's own trouble (an
 unreachable sequencer or upstream, made with `counted=False`) or a 500 nowhere. `refuse`
 counts it as it is sent, over raw ASGI; `response` hands the same refusal to Starlette (a
 route's handler, the error handler), sent by `refuse` too. A refusal whose one status covers
 several causes carries `why`, the access log's `refusal` field (a 401's `no token` or
 `unknown token`), which the endpoints that authenticate note in the request's `Exchange`.
+
+A request head no route sees is answered outside `refuse` (the front's `_refuse_head`,
+hypercorn's error answer in http11_fixes.py); `count_refusal` counts it by the same rule
+(`refusal_reason`: an ambiguous head's 400 is `ambiguous`, door/head.py's `AMBIGUITIES`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,22 @@ from starlette.responses import Response
 
 from gateway.metrics import Counters
 from gateway.worker.door.asgi_http import respond_bytes
-from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, problem_body
+from gateway.worker.door.head import AMBIGUITIES
+from gateway.worker.problem import AMBIGUOUS, PROBLEM_HEAD, PROBLEM_TYPE, REFUSAL_REASONS, problem_body
+
+
+def refusal_reason(status: int, detail: str) -> str | None:
+    """The `reason` a refusal counts under (None: a status no reason names)."""
+    if status == 400 and detail in AMBIGUITIES:
+        return AMBIGUOUS
+    return REFUSAL_REASONS.get(status)
+
+
+def count_refusal(counters: Counters, status: int, detail: str) -> None:
+    """Count a refusal sent outside `refuse` (the answer to a head no route sees)."""
+    reason = refusal_reason(status, detail)
+    if reason is not None:
+        counters.add("requests_refused", label=reason)
 
 
 class Refused(Exception):
@@ -30,8 +49,8 @@ class Refused(Exception):
         self.status, self.message, self.headers, self.why = status, message, list(headers), why
         if limit is not None:
             self.counter = ("requests_limited", limit)
-        elif counted and status in REFUSAL_REASONS:
-            self.counter = ("requests_refused", REFUSAL_REASONS[status])
+        elif counted and (reason := refusal_reason(status, message)) is not None:
+            self.counter = ("requests_refused", reason)
         else:
             self.counter = None
 

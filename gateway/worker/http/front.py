@@ -44,6 +44,7 @@ from gateway import logs
 from gateway.config import Config
 from gateway.protocol.activation import STREAM_METHODS
 from gateway.worker.door import BODY_KEY, head, is_json_content_type
+from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http import framing, head_checks
 from gateway.worker.http.head_checks import Parsed
 from gateway.worker.http.transport_sink import TransportSink, close
@@ -221,6 +222,7 @@ class Front(TransportSink):
             self.timer = None
 
     def _refuse_head(self, status: int, detail: str) -> None:
+        count_refusal(self.settings.app.counters, status, detail)
         self._cancel_timer()
         self.served = True
         transport = self.transport

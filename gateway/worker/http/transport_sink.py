@@ -86,7 +86,11 @@ class TransportSink(asyncio.Protocol):
 
     def release(self) -> None:
         transport, self.transport, self._listener = self.transport, None, None
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        if self.left and transport.get_write_buffer_size():
+            transport.abort()  # its client left: what it never read is dropped, not kept for it
+        else:
             transport.close()  # the stream is over: so is its connection
 
 

@@ -103,11 +103,19 @@ class Connection:
 
 
 class AsgiSink(Connection):
-    __slots__ = ("_pending",)
+    """A send may wait for as long as the server will not take more: an HTTP/1.1 watcher that
+    stopped reading and then sent its FIN (hypercorn's write waits for a drain that never
+    comes), an HTTP/2 stream whose client keeps its window shut. When the client leaves
+    meanwhile, that send is cancelled, so the stream ends and frees its place whatever the
+    server does with a departed stream."""
+
+    __slots__ = ("_pending", "_sending", "_cut")
 
     def __init__(self, send: Send, receive: Receive):
         super().__init__(send, receive)
         self._pending: bytes | None = None
+        self._sending: asyncio.Task | None = None  # the stream's task, while it waits in a send
+        self._cut = False  # this sink cancelled that send
 
     @property
     def blocked(self) -> bool:
@@ -117,13 +125,26 @@ class AsgiSink(Connection):
         self._pending = body if self._pending is None else self._pending + body
         return False
 
+    def _leave(self) -> None:
+        if not self.left and self._sending is not None:
+            self._cut = True
+            self._sending.cancel()
+        super()._leave()
+
     async def drain(self) -> None:
         while self._pending is not None and not self.left:
             body, self._pending = self._pending, None
+            self._sending = asyncio.current_task()
             try:
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            except asyncio.CancelledError:
+                if not self._cut:
+                    raise  # not ours: the worker is stopping
+                self._sending.uncancel()
             except Exception:  # the peer went away mid-write
                 self._leave()
+            finally:
+                self._sending = None
         self._pending = None
 
     async def end(self) -> None:

@@ -30,6 +30,9 @@
   HTTP/2 prior knowledge (the `PRI *` preface) is served as before. Bytes after a request
   that closes the connection (HTTP/1.0, `Connection: close`) are discarded, never read as a
   malformed request: two HTTP/1.0 requests in one write get the first answered, then the close.
+- **Every refusal counts.** Each of these answers (and hypercorn's own 400, 431 and 501)
+  counts in `murgw_requests_refused_total` as the door's refusals do (`count_refusal`: an
+  ambiguous head as `ambiguous`), through the counters serving.py hands hypercorn's config.
 
 Each replacement is a row of the adapter's patch table (patches.py), installed only on the
 pinned hypercorn once the internals they follow are checked. What they note of a connection
@@ -47,6 +50,7 @@ from hypercorn.events import Closed
 from hypercorn.protocol.h11 import H11Protocol
 
 from gateway.worker.door.head import line_problem, origin_form, request_problem
+from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http.framing import cork_until_fin
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
@@ -66,6 +70,7 @@ CLOSE_AFTER = 1  # an event stream: the connection closes after its end
 EOF_TAKEN = 2  # the client's clean EOF was seen (and acted on) once
 _flags: WeakKeyDictionary[H11Protocol, int] = WeakKeyDictionary()
 _refusals: WeakKeyDictionary[H11Protocol, tuple[int, str]] = WeakKeyDictionary()  # check -> create
+_line_problems: WeakKeyDictionary[ReceiveBuffer, str] = WeakKeyDictionary()  # split -> error answer
 
 
 def _has(protocol: H11Protocol, flag: int) -> bool:
@@ -149,11 +154,13 @@ async def handle(self: H11Protocol, event) -> None:
 
 
 def maybe_extract_lines(self: ReceiveBuffer):
-    """h11's head split, refusing a bare LF or an obs-fold (h11 answers 400 and closes)."""
+    """h11's head split, refusing a bare LF or an obs-fold (h11 answers 400 and closes;
+    the answer names the problem, noted here, as the front's does)."""
     before = len(self._data)
     lines = _original_extract_lines(self)
     problem = line_problem(lines, before - len(self._data)) if lines else None
     if problem is not None:
+        _line_problems[self] = problem
         raise h11.LocalProtocolError(problem)
     return lines
 
@@ -197,7 +204,12 @@ async def create_stream(self: H11Protocol, request: h11.Request) -> None:
 
 
 async def send_error_response(self: H11Protocol, status_code: int, detail: str | None = None) -> None:
-    body = problem_body(status_code, detail or HYPERCORN_ERROR_DETAIL.get(status_code, reason_phrase(status_code).lower()))
+    detail = (detail or _line_problems.pop(self.connection._receive_buffer, None)
+              or HYPERCORN_ERROR_DETAIL.get(status_code, reason_phrase(status_code).lower()))
+    counters = getattr(self.config, "counters", None)  # serving.py's; none on a bare hypercorn config
+    if counters is not None:
+        count_refusal(counters, status_code, detail)
+    body = problem_body(status_code, detail)
     await self._send_h11_event(h11.Response(status_code=status_code, headers=[
         *PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
         *self.config.response_headers("h11")]))

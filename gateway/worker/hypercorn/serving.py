@@ -120,7 +120,8 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
         if front.enabled():
             loop.front = front.FrontSettings(app, config, incomplete_head_cap(config), h2=patches.H2 not in _missing)
     try:
-        await hypercorn_serve(carried.carrying(app) if _carrying else app, hypercorn_config(listener, config),
-                              shutdown_trigger=shutdown)
+        hc = hypercorn_config(listener, config)
+        hc.counters = app.counters  # read by http11_fixes.send_error_response: hypercorn's refusals count
+        await hypercorn_serve(carried.carrying(app) if _carrying else app, hc, shutdown_trigger=shutdown)
     finally:
         await front.end_apps(carried.CARRIED_APPS | front.APPS, GRACE_SECONDS)

@@ -1,0 +1,59 @@
+"""An HTTP/1.1 watcher that stopped reading, so its worker's send waits on a full socket, and
+then leaves: by its FIN or a reset, the stream ends and frees its place at once, on each sink
+a stream can have (docs/architecture.md): the front's own, the lean connection hypercorn's
+streams are carried to, and the plain ASGI sink where the adapter's table does not hold. The
+HTTP/2 forms of the same claim are tests/test_hostile_h2.py's."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from gateway.worker.http.front import SWITCH as STREAM_PATH
+from gateway.worker.hypercorn.patches import TEST_SWITCH as INTERNALS_MOVED
+from support import WATCH, SSEStream, running_gateway, scrape, wait_for
+
+FRAME = 16384
+# sink -> (the gateway's environment, the watch request's extra headers)
+SINKS = {
+    "front": ({}, []),
+    "carried": ({STREAM_PATH: "hypercorn"}, []),
+    "plain ASGI": ({INTERNALS_MOVED: "1"}, [("Connection", "close")]),  # a close is hypercorn's
+}
+
+
+def leave(sock: socket.socket, how: str) -> None:
+    if how == "fin":
+        sock.shutdown(socket.SHUT_WR)
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+
+@pytest.mark.parametrize("how", ["fin", "rst"])
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_security_claim_a_watcher_that_stopped_reading_ends_when_it_leaves(tmp_path, sink, how):
+    """[claim: client-leaves] The watcher's socket takes 4 KiB; a witness on the same worker
+    reads 1,000 events of 16 KiB (past every buffer between the worker and the stalled
+    watcher: tcp_wmem's 4 MiB at most, the transport's), so the stalled stream's send waits;
+    then it leaves, and its place is freed and its end logged."""
+    env, extra = SINKS[sink]
+    with running_gateway("--sim-load", "2000", "--sim-load-size", str(FRAME), workers=1, metrics=True,
+                         env=env, tmp_path=tmp_path) as gw:
+        assert ("streams use plain ASGI sends" in gw.stderr()) == (sink == "plain ASGI")
+        opened = lambda: scrape(gw.metrics_port).get(f'murgw_connections_open{{endpoint="{WATCH}"}}', 0)
+        stalled = SSEStream(gw.port, WATCH, {}, rcvbuf=4096, extra=extra)
+        try:
+            assert stalled.status == 200
+            with SSEStream(gw.port, WATCH, {}) as witness:
+                start = witness.read_until(lambda e: e.id is not None)[-1].id
+                witness.read_until(lambda e: e.id is not None and e.id >= start + 1000)
+            wait_for(lambda: opened() == 1, what="the witness's place freed; the stalled stream's held")
+            leave(stalled.http.sock, how)
+            wait_for(lambda: opened() == 0, what=f"the stalled stream's place freed after its {how}")
+        finally:
+            stalled.close()
+        wait_for(lambda: any(r.get("event") == "stream end" and r.get("reason") == "client_left"
+                             for r in gw.logs()), what="its end logged")
