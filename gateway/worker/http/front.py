@@ -45,7 +45,7 @@ from gateway.config import Config
 from gateway.protocol.activation import STREAM_METHODS
 from gateway.worker.door import BODY_KEY, head, is_json_content_type
 from gateway.worker.door.refusal import count_refusal
-from gateway.worker.http import framing, head_checks
+from gateway.worker.http import eager, framing, head_checks
 from gateway.worker.http.head_checks import Parsed
 from gateway.worker.http.transport_sink import TransportSink, close
 
@@ -279,7 +279,12 @@ class Front(TransportSink):
         scope = self._scope()
         scope[BODY_KEY] = body  # read whole already: the app takes it from the scope
         self.request = None
-        task = asyncio.get_running_loop().create_task(self.settings.app(scope, self.receive, self.send))
+        try:
+            task = eager.start(asyncio.get_running_loop(), self.settings.app(scope, self.receive, self.send))
+        except Exception as error:
+            return self._app_over(error)
+        if task is None:
+            return self._app_over(None)  # over within this call: the usual opening (eager.py)
         APPS.add(task)
         task.add_done_callback(self._app_done)
 
@@ -293,8 +298,11 @@ class Front(TransportSink):
 
     def _app_done(self, task: asyncio.Task) -> None:
         APPS.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("a stream request's app failed", error=repr(task.exception()))
+        self._app_over(None if task.cancelled() else task.exception())
+
+    def _app_over(self, error: BaseException | None) -> None:
+        if error is not None:
+            log.warning("a stream request's app failed", error=repr(error))
         if self._listener is None:  # else its stream is open: the hub ends it (hub.py, `adopt`)
             self.release()
 

@@ -1,0 +1,62 @@
+"""Run a coroutine at once, and make a task only of what is left when it must wait.
+
+Why: the front (front.py) runs the worker's app for each stream request it reads. An opening
+that passes the door usually awaits nothing that is not ready (no limit asks the sequencer,
+the pace lets it through, the front's send writes at once), so the whole opening, head and
+connection-ack included, can run inside the `data_received` that read its body. A task per
+opening cost its creation, its scheduling and a turn of the loop before the first byte, and
+its registration in asyncio's set of tasks. This is what Python 3.12's eager tasks do
+(`eager_start`); the gateway runs on 3.11 too, so it is written here, on the coroutine
+protocol alone (`send`, `throw`).
+
+The eager part runs with no current task: it must not use `asyncio.timeout` (the front hands
+the app its body whole, so the body timer is not reached) or anything else that asks for one.
+Once it waits, the rest runs in a task that waits on the very future the coroutine yielded,
+so cancelling that task cancels the wait, as with any task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Coroutine
+
+
+def start(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> asyncio.Task | None:
+    """Run `coro` until it finishes (None) or first waits (the task that runs the rest).
+    An exception it raises within the eager part propagates to the caller."""
+    try:
+        waited = coro.send(None)
+    except StopIteration:
+        return None
+    return loop.create_task(_rest(coro, waited))
+
+
+async def _rest(coro: Coroutine, waited: Any) -> Any:
+    return await _Resumed(coro, waited)
+
+
+class _Resumed:
+    """Awaiting it goes on with a coroutine suspended on `waited`: what it yields goes to the
+    task, what the task sends or throws goes back in (as `await coro` would, had it not
+    started)."""
+
+    __slots__ = ("coro", "waited")
+
+    def __init__(self, coro: Coroutine, waited: Any):
+        self.coro, self.waited = coro, waited
+
+    def __await__(self):
+        coro, waited = self.coro, self.waited
+        while True:
+            try:
+                sent = yield waited
+            except BaseException as error:  # the task was cancelled, or something thrown in
+                try:
+                    waited = coro.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    waited = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
