@@ -14,7 +14,8 @@ import ssl
 import orjson
 import pytest
 
-from support import GatewayOptions, RAW_READ_TIMEOUT, until_close
+from gateway_harness import GatewayOptions
+from raw_http import RAW_READ_TIMEOUT, until_close
 
 WATCH = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
 GET_TASK = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "tsk_none"}})
@@ -91,7 +92,7 @@ def test_a_refused_stream_keeps_the_connection_for_the_next_request(gateway):
 
 @pytest.fixture(scope="module")
 def tls_gateway(certs, tmp_path_factory):
-    from support import running_gateway
+    from gateway_harness import running_gateway
     with running_gateway(*certs.args, workers=1, tmp_path=tmp_path_factory.mktemp("tls"),
                          tls=certs.client_context()) as gw:
         yield gw

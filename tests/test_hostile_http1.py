@@ -9,7 +9,9 @@ import re
 import orjson
 import pytest
 
-from support import GatewayOptions, Http, headers_for, running_gateway, until_close
+from gateway_harness import GatewayOptions, running_gateway
+from http_client import Http, headers_for
+from raw_http import until_close
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
