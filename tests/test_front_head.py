@@ -6,8 +6,10 @@ crashes it."""
 from __future__ import annotations
 
 import h11
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from gateway.worker.door.head import request_problem
 from gateway.worker.http.head_checks import Ambiguous, read_head
 
 EOLS = [b"\r\n"] * 8 + [b"\n", b"\r", b"\r\n "]
@@ -78,3 +80,15 @@ def test_methods_are_case_sensitive():
     """`post` is not POST: it is not read as one (hypercorn answers it)."""
     parsed, parser = read_head(b"post / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert parsed is None or parser.get_method() != b"POST"
+
+
+def test_hypercorns_path_refuses_a_body_framed_two_ways_as_the_front_does():
+    """One rule (door/head.py's framing_problem), whichever path reads the head: the front's
+    refusal and hypercorn's (request_problem over h11's headers) say the same."""
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(head)
+    request = connection.next_event()
+    with pytest.raises(Ambiguous) as refusal:
+        read_head(head)
+    assert request_problem(request.method, request.http_version, request.headers) == (400, str(refusal.value))
