@@ -84,7 +84,7 @@ def refusal(answer: Answer | None, status: int) -> str:
     return problem_detail(status, answer.headers, answer.body)
 
 
-# --- raw HTTP/1.x exchanges read to the close (test_http_framing.py, test_carried.py) ---
+# --- raw HTTP/1.x exchanges read to the close ---
 
 RAW_READ_TIMEOUT = 20.0  # a server that hangs fails the test here
 
@@ -101,10 +101,39 @@ def until_close(port: int, request: bytes, *, half_close: bool = False) -> bytes
         sock.sendall(request)
         if half_close:
             sock.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        return data
+        return read_to_close(sock)
+
+
+def after_an_answer(port: int, first: bytes, request: bytes) -> tuple[bytes, bytes]:
+    """(the answer to `first`, which must keep the connection; every byte the server writes
+    for `request`, sent on that connection once the answer is read, the write side then shut,
+    up to the close)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=RAW_READ_TIMEOUT) as sock:
+        sock.sendall(first)
+        answer, rest = read_answer(sock)
+        assert not rest, rest
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        return answer, read_to_close(sock)
+
+
+def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
+    """One answer with a Content-Length, and what was read past it."""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
 
 
 def dechunk(body: bytes) -> bytes:

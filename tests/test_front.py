@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from gateway_harness import GatewayOptions
-from raw_http import RAW_READ_TIMEOUT, until_close
+from raw_http import RAW_READ_TIMEOUT, read_answer, until_close
 
 WATCH = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
 GET_TASK = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "tsk_none"}})
@@ -50,18 +50,6 @@ def test_an_ambiguous_request_is_refused_400_and_closed(gateway, case):
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"\r\nConnection: close" in head, raw
     assert b'"status":400' in body and b"text/event-stream" not in raw
-
-
-def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
-    """One answer with a Content-Length, and what was read past it."""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return head + b"\r\n\r\n" + rest[:length], rest[length:]
 
 
 def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):
