@@ -1,11 +1,11 @@
 """The fixtures every test file shares.
 
 `gateway` is the one module-scoped gateway a file's tests share: a real `python -m gateway`
-on an ephemeral port, ended by PID with every child it has (support.running_gateway) once the
-file's last test is done, failed or not. What it runs with is the `gateway_options` fixture: a
-file whose gateway differs overrides that fixture with its own (parametrise it to run the
-file's tests against each kind), and tests that need a gateway of their own start one with
-`running_gateway` inside the test.
+on an ephemeral port, ended by PID with every child it has (gateway_harness.running_gateway)
+once the file's last test is done, failed or not. What it runs with is the `gateway_options`
+fixture: a file whose gateway differs overrides that fixture with its own (parametrise it to
+run the file's tests against each kind), and tests that need a gateway of their own start one
+with `running_gateway` inside the test.
 
 Tiers: a file marks itself `unit` (no process, no network socket: the inner loop,
 `python -m pytest -m unit`, under a minute) or `env` (needs podman, Chromium or Prometheus);
@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from support import GatewayOptions, running_gateway  # noqa: E402  (the path above first)
+from gateway_harness import GatewayOptions, running_gateway  # noqa: E402  (the path above first)
 from tls_support import Certificates  # noqa: E402
 
 

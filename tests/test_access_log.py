@@ -16,8 +16,9 @@ import struct
 
 import pytest
 
-from support import (GatewayOptions, Http, SSEStream, headers_for, rpc, rpc_body, running_gateway,
-                     scrape, series, token_table, user_message, wait_for)
+from gateway_harness import GatewayOptions, running_gateway, scrape, series, token_table, wait_for
+from http_client import Http, headers_for, rpc, rpc_body, user_message
+from sse_reading import SSEStream
 
 OPS, NARROW, NOT_A_TOKEN = "ops-secret-5e4d3c", "narrow-secret-1a2b3c", "nobody-secret-9z8y7x"
 RULES = [("ops", OPS, ["*"]), ("narrow", NARROW, ["ListTasks"])]

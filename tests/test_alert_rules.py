@@ -13,7 +13,7 @@ import urllib.request
 
 import yaml
 
-from support import ROOT, require_tool, running_gateway
+from gateway_harness import ROOT, require_tool, running_gateway
 from tls_support import Certificates
 
 pytestmark = pytest.mark.env

@@ -10,8 +10,9 @@ import socket
 import pytest
 
 from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
-from support import (GatewayOptions, SSEStream, exchange, head, refusal, reset, running_gateway,
-                     scrape, wait_for)
+from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
+from raw_http import exchange, head, refusal
+from sse_reading import SSEStream, reset
 
 WATCH = "murmur.WatchSession"
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'

@@ -10,8 +10,9 @@ import signal
 
 import orjson
 
-from support import (Http, SSEStream, headers_for, problem_detail, rpc, rpc_body, running_gateway,
-                     scrape, token_table, wait_for)
+from gateway_harness import running_gateway, scrape, token_table, wait_for
+from http_client import Http, headers_for, problem_detail, rpc, rpc_body
+from sse_reading import SSEStream
 from tls_support import H2Connection
 
 WATCH = "murmur.WatchSession"

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gateway import config
-from support import ROOT, judged, start_refusal as refusal
+from gateway_harness import ROOT, judged, start_refusal as refusal
 
 
 def test_defaults_are_the_interfaces():

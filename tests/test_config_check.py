@@ -20,7 +20,7 @@ import trustme
 
 from gateway import config
 from gateway.config_print import EXAMPLE, markdown
-from support import ROOT, judged
+from gateway_harness import ROOT, judged
 
 UPSTREAM_SECRET = "upstream-secret-value-4f1c"
 DOOR_TOKEN = "door-token-value-9b2e"

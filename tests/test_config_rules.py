@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import config, config_reload
-from support import start_refusal as refusal
+from gateway_harness import start_refusal as refusal
 
 UPSTREAM = "http://127.0.0.1:9"
 

@@ -25,8 +25,10 @@ import uuid
 import orjson
 import pytest
 
-from support import (ROOT, SSEStream, dockerfile_user, gone, is_terminal_event, item, require_tool, rpc,
-                     running_gateway, shm_bytes_per_gateway, task_id_of, user_message, wait_for, wait_ready)
+from gateway_harness import (ROOT, dockerfile_user, gone, require_tool, running_gateway,
+                             shm_bytes_per_gateway, wait_for, wait_ready)
+from http_client import rpc, user_message
+from sse_reading import SSEStream, is_terminal_event, item, task_id_of
 
 pytestmark = pytest.mark.env
 

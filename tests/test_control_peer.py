@@ -17,7 +17,8 @@ import pytest
 
 from gateway.control import Op, call_blocking
 from gateway.protocol.errors import TASK_NOT_FOUND, RpcError
-from support import rpc, running_gateway, user_message
+from gateway_harness import running_gateway
+from http_client import rpc, user_message
 
 PROBE = r"""
 import json, os, socket, struct, sys

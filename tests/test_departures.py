@@ -13,7 +13,8 @@ import pytest
 
 from gateway.worker.http.front import SWITCH as STREAM_PATH
 from gateway.worker.hypercorn.patches import TEST_SWITCH as INTERNALS_MOVED
-from support import WATCH, SSEStream, running_gateway, scrape, wait_for
+from gateway_harness import running_gateway, scrape, wait_for
+from sse_reading import SSEStream, WATCH
 
 FRAME = 16384
 # sink -> (the gateway's environment, the watch request's extra headers)

@@ -25,8 +25,9 @@ import yaml
 
 from gateway import config as config_module
 from gateway import supervisor
-from support import (ROOT, Http, dockerfile_user, rpc, running_gateway, session_memory,
-                     shm_bytes_per_gateway, wait_for)
+from gateway_harness import (ROOT, dockerfile_user, running_gateway, session_memory, shm_bytes_per_gateway,
+                             wait_for)
+from http_client import Http, rpc
 
 KUBE = os.path.join(ROOT, "deploy", "kubernetes")
 UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 10**3, "M": 10**6, "G": 10**9}

@@ -17,7 +17,7 @@ from hypercorn.config import Config
 
 from gateway.protocol.parser import SSEParser
 from gateway.worker.hypercorn import direct
-from support import running_gateway
+from gateway_harness import running_gateway
 
 CHUNKS = [b"first\n", b"x" * 70_000, b"", b"last\n"]
 

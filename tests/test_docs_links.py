@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from support import ROOT
+from gateway_harness import ROOT
 
 DOCUMENTS = ["README.md", "SECURITY.md", *sorted(
     os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "docs", "*.md")))]

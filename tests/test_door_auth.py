@@ -15,9 +15,9 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
-from support import (GatewayOptions, Http, SSEStream, describe, front_of, headers_for, is_terminal_event,
-                     item, problem_detail, rpc, running_gateway, token_table, unknown_like, user_message,
-                     wait_for)
+from gateway_harness import GatewayOptions, front_of, running_gateway, token_table, wait_for
+from http_client import Http, headers_for, problem_detail, rpc, user_message
+from sse_reading import SSEStream, describe, is_terminal_event, item, unknown_like
 
 ALICE, ALICE_NEXT, BOB, OPS, NARROW = ("alice-9f8e7d", "alice-next-6c5b4a", "bob-3a2b1c",
                                        "ops-0d1e2f", "narrow-7a6b5c")

@@ -1,7 +1,7 @@
 """The door's own HTTP refusals are RFC 9457 problem details, byte-wise (gateway/worker/problem.py).
 
 401 and 403 are in test_door_auth.py, 408, 413, 431 and 503 in test_limits.py, each through
-`support.problem_detail`; here are the rest, and one refusal's exact bytes. An A2A client
+`http_client.problem_detail`; here are the rest, and one refusal's exact bytes. An A2A client
 reads a body's `error` member as a JSON-RPC error object, so no refusal carries one.
 """
 
@@ -11,7 +11,8 @@ import socket
 
 import pytest
 
-from support import GatewayOptions, Http, headers_for, problem_detail
+from gateway_harness import GatewayOptions
+from http_client import Http, headers_for, problem_detail
 
 
 @pytest.fixture(scope="module")

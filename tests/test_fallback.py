@@ -10,7 +10,9 @@ from __future__ import annotations
 import socket
 
 from gateway.worker.hypercorn.patches import TEST_SWITCH
-from support import WATCH, SSEStream, rpc_body, running_gateway, user_message
+from gateway_harness import running_gateway
+from http_client import rpc_body, user_message
+from sse_reading import SSEStream, WATCH
 
 MOVED = {TEST_SWITCH: "1"}
 

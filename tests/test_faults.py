@@ -7,9 +7,10 @@ import signal
 import time
 
 
-from support import (Recorder, SSEStream, WATCH, assert_gapless_to, gone, ids_explained, resume, rpc,
-                     running_gateway, session_memory, start_watchers, stop_all, stopped,
-                     user_message, wait_for)
+from gateway_harness import gone, running_gateway, session_memory, stopped, wait_for
+from http_client import rpc, user_message
+from sse_reading import SSEStream, WATCH
+from watchers import Recorder, assert_gapless_to, ids_explained, resume, start_watchers, stop_all
 
 
 def test_killed_worker_watchers_resume_without_loss(tmp_path):

@@ -14,7 +14,8 @@ import ssl
 import orjson
 import pytest
 
-from support import GatewayOptions, RAW_READ_TIMEOUT, until_close
+from gateway_harness import GatewayOptions
+from raw_http import RAW_READ_TIMEOUT, read_answer, until_close
 
 WATCH = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
 GET_TASK = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "tsk_none"}})
@@ -51,18 +52,6 @@ def test_an_ambiguous_request_is_refused_400_and_closed(gateway, case):
     assert b'"status":400' in body and b"text/event-stream" not in raw
 
 
-def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
-    """One answer with a Content-Length, and what was read past it."""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return head + b"\r\n\r\n" + rest[:length], rest[length:]
-
-
 def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=RAW_READ_TIMEOUT) as sock:
         sock.sendall(request(GET_TASK))
@@ -91,7 +80,7 @@ def test_a_refused_stream_keeps_the_connection_for_the_next_request(gateway):
 
 @pytest.fixture(scope="module")
 def tls_gateway(certs, tmp_path_factory):
-    from support import running_gateway
+    from gateway_harness import running_gateway
     with running_gateway(*certs.args, workers=1, tmp_path=tmp_path_factory.mktemp("tls"),
                          tls=certs.client_context()) as gw:
         yield gw

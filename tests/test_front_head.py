@@ -6,9 +6,11 @@ crashes it."""
 from __future__ import annotations
 
 import h11
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from gateway.worker.http.head_checks import Ambiguous, read_head
+from gateway.worker.door.head import request_problem
+from gateway.worker.http.head_checks import Ambiguous, read_head, without_h2c_upgrade
 
 EOLS = [b"\r\n"] * 8 + [b"\n", b"\r", b"\r\n "]
 NAMES = [b"Host", b"Content-Type", b"Content-Length", b"Transfer-Encoding", b"Authorization", b"X-A",
@@ -78,3 +80,41 @@ def test_methods_are_case_sensitive():
     """`post` is not POST: it is not read as one (hypercorn answers it)."""
     parsed, parser = read_head(b"post / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert parsed is None or parser.get_method() != b"POST"
+
+
+def test_hypercorns_path_refuses_a_body_framed_two_ways_as_the_front_does():
+    """One rule (door/head.py's framing_problem), whichever path reads the head: the front's
+    refusal and hypercorn's (request_problem over h11's headers) say the same."""
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(head)
+    request = connection.next_event()
+    with pytest.raises(Ambiguous) as refusal:
+        read_head(head)
+    assert request_problem(request.method, request.http_version, request.headers) == (400, str(refusal.value))
+
+
+H2C_OFFER = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade, HTTP2-Settings\r\n"
+             b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nAccept: */*\r\n\r\n")
+
+
+def test_a_head_handed_on_loses_its_h2c_offer_and_nothing_else():
+    assert without_h2c_upgrade(H2C_OFFER + b"next bytes") == (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\nnext bytes")
+
+
+@pytest.mark.parametrize("data", [
+    H2C_OFFER.replace(b"h2c", b"websocket"),  # another upgrade is hypercorn's to answer
+    H2C_OFFER[:-2],  # not whole yet
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\nUpgrade: h2c\r\n\r\n",  # the next request's: not this head's
+], ids=["websocket", "incomplete", "h2_preface", "body"])
+def test_bytes_without_an_h2c_offer_in_their_head_are_handed_on_as_they_are(data):
+    assert without_h2c_upgrade(data) == data
+
+
+def test_h11_reads_no_upgrade_in_a_head_that_lost_its_h2c_offer():
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(without_h2c_upgrade(H2C_OFFER.replace(b"keep-alive, ", b"")))
+    request = connection.next_event()
+    assert isinstance(request, h11.Request) and [name for name, _ in request.headers] == [b"host", b"accept"]

@@ -27,8 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from support import (Answer, GatewayOptions, SSEStream, exchange, item, problem_detail, rpc,
-                     user_message, wait_for)
+from gateway_harness import GatewayOptions, wait_for
+from http_client import problem_detail, rpc, user_message
+from raw_http import Answer, exchange
+from sse_reading import SSEStream, item
 
 CASES = int(os.environ.get("MURGW_FUZZ_CASES", "300"))
 REPORT = os.environ.get("MURGW_FUZZ_REPORT")

@@ -9,8 +9,9 @@ import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
 from gateway.worker.hypercorn.patches import TEST_SWITCH
-from support import (GatewayOptions, Http, SSEStream, describe, is_terminal_event, item, rpc,
-                     running_gateway, task_id_of, user_message, wait_for)
+from gateway_harness import GatewayOptions, running_gateway, wait_for
+from http_client import Http, rpc, user_message
+from sse_reading import SSEStream, describe, is_terminal_event, item, task_id_of
 
 SSM, SUB = "SendStreamingMessage", "SubscribeToTask"
 

@@ -1,6 +1,6 @@
 """murmur.WatchSession end to end: the real multi-process gateway over real sockets.
 
-Every event read here is also parsed by the A2A SDK's StreamResponse (support.SSEStream).
+Every event read here is also parsed by the A2A SDK's StreamResponse (sse_reading.SSEStream).
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import signal
 import pytest
 
 from gateway.protocol.uris import DOOR_URI, STREAM_URI
-from support import (CADENCE_TURNS, SSEStream, WATCH, describe, heartbeats_among_events, gone, is_terminal_event, item, rpc,
-                     running_gateway, send, session_memory, stopped, task_events, task_id_of,
-                     user_message, wait_for, watch)
+from gateway_harness import gone, running_gateway, session_memory, stopped, wait_for
+from http_client import rpc, user_message
+from sse_reading import (CADENCE_TURNS, SSEStream, WATCH, describe, heartbeats_among_events,
+                         is_terminal_event, item, send, task_events, task_id_of, watch)
 
 
 def test_head_is_exactly_the_specs(gateway):

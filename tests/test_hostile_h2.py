@@ -15,7 +15,9 @@ import h2.connection
 import h2.settings
 import pytest
 
-from support import GatewayOptions, rpc_body, running_gateway, scrape, wait_for, watch
+from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
+from http_client import rpc_body
+from sse_reading import watch
 
 WATCH = "murmur.WatchSession"
 STREAMS = 20

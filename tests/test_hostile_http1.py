@@ -1,6 +1,10 @@
 """Hostile HTTP/1.1 on hypercorn's h11 path: no head that two readers could frame or read
 differently is served, first request or keep-alive, and nothing pipelined behind it is read;
-absolute-form targets are served; no h2c upgrade unless --h2c-upgrade on."""
+absolute-form targets are served; no h2c upgrade unless --h2c-upgrade on and HTTP/2 offered.
+
+The h2c and the keep-alive-after-the-front's-answer cases run on both paths a gateway can
+take: hypercorn's HTTP/1.1 fixes installed, and not (patches.py's test switch: h11 unpatched,
+which would take an h2c upgrade and an ambiguous head handed to it)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,21 @@ import orjson
 import pytest
 
 from gateway.worker.http.front import SWITCH as STREAM_PATH
-from support import GatewayOptions, Http, headers_for, running_gateway, scrape, series, until_close, wait_for
+from gateway.worker.hypercorn.patches import TEST_SWITCH
+from gateway_harness import GatewayOptions, running_gateway, scrape, series, wait_for
+from http_client import Http, headers_for, rpc_body
+from raw_http import after_an_answer, until_close
 
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+H2C_UPGRADE = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+               b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+H2_PREFACE_THEN_GOAWAY = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                          b"\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+# A stream request the front answers itself (-32009: A2A-Version), keeping the connection
+WATCH = rpc_body("murmur.WatchSession")
+REFUSED_STREAM = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"A2A-Version: 9.0\r\nContent-Length: %d\r\n\r\n" % len(WATCH)) + WATCH
+PATHS = {"patched": {}, "internals_moved": {TEST_SWITCH: "1"}}
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
 
 
@@ -69,21 +85,66 @@ def test_two_http10_requests_in_one_write_get_the_first_answered_then_the_close(
     assert statuses(data) == [200], data
 
 
-def test_security_claim_no_h2c_upgrade_by_default(gateway):
-    """[claim: no-h2c-upgrade] `Upgrade: h2c` is ignored: the request is answered over HTTP/1.1, never 101."""
-    data = until_close(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
-                                     b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n" + b"")
-    assert statuses(data)[:1] == [200], data
+@pytest.fixture(scope="module", params=sorted(PATHS))
+def on_either_path(request, tmp_path_factory):
+    """A gateway with hypercorn's HTTP/1.1 fixes installed, and one where they do not apply."""
+    with running_gateway(workers=1, env=PATHS[request.param], tmp_path=tmp_path_factory.mktemp(request.param)) as gw:
+        yield gw
+
+
+def after_the_fronts_answer(port: int, request: bytes) -> bytes:
+    """What the server writes for `request` on a connection the front kept after answering a
+    stream request itself, up to the close."""
+    answer, data = after_an_answer(port, REFUSED_STREAM, request)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32009" in answer, answer
+    return data
+
+
+@pytest.mark.parametrize("where", ["first", "after_the_fronts_answer"])
+def test_security_claim_no_h2c_upgrade_by_default(on_either_path, where):
+    """[claim: no-h2c-upgrade] `Upgrade: h2c` is ignored: the request is answered over
+    HTTP/1.1, never 101, whether or not hypercorn's h11 is patched (the front hands it on
+    without the offer)."""
+    if where == "first":
+        data = until_close(on_either_path.port, H2C_UPGRADE, half_close=True)
+    else:
+        data = after_the_fronts_answer(on_either_path.port, H2C_UPGRADE)
+    assert statuses(data) == [200] and b'"status":"serving"' in data, data
+
+
+def test_an_upgrade_pipelined_behind_a_stream_request_is_no_reason_to_drop_it(on_either_path):
+    """The front hands both on (hypercorn answers the first, then reads the second where its
+    h11 is patched, else closes): never 101, never a connection dropped unanswered."""
+    data = until_close(on_either_path.port, REFUSED_STREAM + H2C_UPGRADE, half_close=True)
+    assert statuses(data)[:1] == [200] and 101 not in statuses(data) and b"-32009" in data, data
+
+
+def test_no_h2c_upgrade_on_hypercorns_keep_alive(gateway):
+    """A second request on a connection hypercorn serves is read by its (patched) h11."""
+    data = until_close(gateway.port, HEALTHZ + H2C_UPGRADE, half_close=True)
+    assert statuses(data) == [200, 200], data
 
 
 def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
     """[claim: no-h2c-upgrade]"""
     with running_gateway("--h2c-upgrade", "on", workers=1, tmp_path=tmp_path) as gw:
-        data = until_close(gw.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings"
-                                    b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
-                                    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x07\x00\x00\x00\x00\x00"
-                                    b"\x00\x00\x00\x00\x00\x00\x00\x00")  # the preface, then a GOAWAY
+        data = until_close(gw.port, H2C_UPGRADE + H2_PREFACE_THEN_GOAWAY)
         assert statuses(data) == [101], data
+
+
+def test_no_h2c_upgrade_where_http2_is_not_offered(tmp_path):
+    """--h2c-upgrade on, but HTTP/2's guarantee does not hold (h2 left ALPN): no upgrade."""
+    with running_gateway("--h2c-upgrade", "on", workers=1, env=PATHS["internals_moved"], tmp_path=tmp_path) as gw:
+        data = until_close(gw.port, H2C_UPGRADE, half_close=True)
+        assert statuses(data) == [200], data
+
+
+@pytest.mark.parametrize("case", sorted(case for case in AMBIGUOUS if AMBIGUOUS[case][1] == 400))
+def test_security_claim_no_ambiguous_request_after_the_fronts_answer(on_either_path, case):
+    """The request after one the front answered is read by the front too, never handed on
+    unread to an h11 that may be unpatched."""
+    request, status = AMBIGUOUS[case]
+    assert statuses(after_the_fronts_answer(on_either_path.port, request + HEALTHZ)) == [status]
 
 
 @pytest.mark.parametrize("body", [

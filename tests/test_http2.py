@@ -17,8 +17,10 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import tls
 from gateway.worker.hypercorn import direct
-from support import (CADENCE_TURNS, GatewayOptions, SSEStream, describe, heartbeats_among_events, is_terminal_event, item, running_gateway,
-                     scrape, task_id_of, user_message, wait_for)
+from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
+from http_client import user_message
+from sse_reading import (CADENCE_TURNS, SSEStream, describe, heartbeats_among_events, is_terminal_event,
+                         item, task_id_of)
 from tls_support import H2Connection, accounted, lagged_frames
 
 WATCH = "murmur.WatchSession"

@@ -20,8 +20,10 @@ import orjson
 import pytest
 
 from gateway.protocol.parser import SSEParser
-from support import (GatewayOptions, dechunk, describe, is_terminal_event, post, rpc, running_gateway,
-                     until_close, user_message)
+from gateway_harness import GatewayOptions, running_gateway
+from http_client import rpc, user_message
+from raw_http import dechunk, post, until_close
+from sse_reading import describe, is_terminal_event
 
 READ_TIMEOUT = 20.0
 HEADER_TIMEOUT = "120"

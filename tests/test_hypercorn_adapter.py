@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 from gateway.worker.hypercorn import serving
-from support import ROOT
+from gateway_harness import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
 # The upstream link's HTTP client (in the sequencer, not the worker) uses h11's public API.

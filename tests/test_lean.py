@@ -10,7 +10,8 @@ import asyncio
 import pytest
 
 from gateway.worker.hypercorn.asgi import Inbox
-from support import SSEStream, reset, running_gateway, scrape, wait_for
+from gateway_harness import running_gateway, scrape, wait_for
+from sse_reading import SSEStream, reset
 
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'
 

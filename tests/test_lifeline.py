@@ -12,7 +12,8 @@ import signal
 import socket
 import time
 
-from support import SSEStream, gone, running_gateway, session_memory, wait_for
+from gateway_harness import gone, running_gateway, session_memory, wait_for
+from sse_reading import SSEStream
 
 WATCH = "murmur.WatchSession"
 DEADLINE = 10.0  # generous on a loaded machine; the behaviour's spec is 1-2 s, printed below

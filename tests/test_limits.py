@@ -1,7 +1,7 @@
 """Every limit of the door, end to end over raw sockets: each answered with its status and body.
 
 The limits and what each defends are in SECURITY.md; the order of checks in
-gateway/worker/dispatch.py. `exchange` (support.py) sends raw bytes and reads the answer with h11
+gateway/worker/dispatch.py. `exchange` (raw_http.py) sends raw bytes and reads the answer with h11
 (a client that refuses malformed HTTP); the fuzz suite uses it too.
 """
 
@@ -14,8 +14,10 @@ import socket
 import orjson
 import pytest
 
-from support import (Answer, GatewayOptions, SSEStream, WATCH, exchange, head, headers_for, item,
-                     refusal, rpc, rpc_body, running_gateway, user_message, wait_for)
+from gateway_harness import GatewayOptions, running_gateway, wait_for
+from http_client import headers_for, rpc, rpc_body, user_message
+from raw_http import Answer, exchange, head, refusal
+from sse_reading import SSEStream, WATCH, item
 
 
 def rpc_error(answer: Answer | None) -> dict:

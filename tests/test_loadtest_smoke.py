@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from loadtest.csse_client import newest_id
-from support import GatewayOptions, ROOT, wait_for
+from gateway_harness import GatewayOptions, ROOT, wait_for
 
 RUN_TIMEOUT = 120
 CSSE_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "csse", "build.sh")  # build tooling only

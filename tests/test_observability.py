@@ -15,8 +15,9 @@ import urllib.request
 
 import orjson
 
-from support import (ROOT, SSEStream, require_tool, rpc, running_gateway, scrape, series,
-                     user_message, wait_for)
+from gateway_harness import ROOT, require_tool, running_gateway, scrape, series, wait_for
+from http_client import rpc, user_message
+from sse_reading import SSEStream
 from tls_support import Certificates
 
 pytestmark = pytest.mark.env

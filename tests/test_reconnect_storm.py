@@ -31,9 +31,10 @@ import uvloop
 from gateway import tuning
 from gateway.config import somaxconn
 from gateway.worker.hypercorn import accept
-from support import (STORM_WATCHERS, Http, SSEStream, frame_of, full_ring, headers_for,
-                     is_terminal_event, read_replay, rpc, rpc_body, running_gateway, task_id_of,
-                     user_message, wait_for)
+from gateway_harness import running_gateway, wait_for
+from http_client import Http, headers_for, rpc, rpc_body, user_message
+from sse_reading import (SSEStream, STORM_WATCHERS, frame_of, full_ring, is_terminal_event, read_replay,
+                         task_id_of)
 
 BURST_FRAMES = 300  # the burst task's frames; with its statuses and artifact the ring holds < 512
 WATCHERS = 300

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import signal
 
-from support import SSEStream, rpc, running_gateway, scrape, token_table, wait_for
+from gateway_harness import running_gateway, scrape, token_table, wait_for
+from http_client import rpc
+from sse_reading import SSEStream
 
 WATCH = "murmur.WatchSession"
 LIVE = str(2**40)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from support import GatewayOptions, rpc, user_message, wait_for
+from gateway_harness import GatewayOptions, wait_for
+from http_client import rpc, user_message
 
 TERMINAL = {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
 

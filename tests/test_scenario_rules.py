@@ -20,8 +20,9 @@ import hashlib
 import pytest
 
 from gateway.capsule.scripts import SCREENSHOT
-from support import (GatewayOptions, Http, describe, item, rpc, send, task_events, task_id_of,
-                     user_message, watch)
+from gateway_harness import GatewayOptions
+from http_client import Http, rpc, user_message
+from sse_reading import describe, item, send, task_events, task_id_of, watch
 
 TOOL_SCENARIOS = ["hello", "/scenario tools n=2", "/scenario image", "/scenario maxturns",
                   "/scenario input prompt=Which?", "/scenario timeout"]

@@ -23,9 +23,10 @@ import pytest
 from gateway import board, procstat
 from gateway.stall import (BUSY_CPU_SECONDS, BUSY_TURNS, STARTUP_SECONDS, TEST_HANG_ENV,
                            StallWatch, stood_still_for)
-from support import (STORM_WATCHERS, WATCH, Http, Recorder, SSEStream, assert_gapless_to, frame_of,
-                     full_ring, headers_for, read_replay, resume, rpc_body, running_gateway,
-                     start_watchers, stop_all, stopped, wait_for)
+from gateway_harness import running_gateway, stopped, wait_for
+from http_client import Http, headers_for, rpc_body
+from sse_reading import SSEStream, STORM_WATCHERS, WATCH, frame_of, full_ring, read_replay
+from watchers import Recorder, assert_gapless_to, resume, start_watchers, stop_all
 
 HOGS = 6  # busy loops beside a starved worker on its CPU: it gets about 1/(HOGS + 1) of it
 

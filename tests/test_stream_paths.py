@@ -16,7 +16,9 @@ import pytest
 
 from gateway.worker.http.framing import chunk
 from gateway.worker.http.front import SWITCH
-from support import dechunk, post, running_gateway, scrape, until_close, user_message, wait_for
+from gateway_harness import running_gateway, scrape, wait_for
+from http_client import user_message
+from raw_http import dechunk, post, until_close
 
 PATHS = {"front": {}, "hypercorn": {SWITCH: "hypercorn"}}
 OPEN = 'murgw_connections_open{endpoint="murmur.WatchSession"}'

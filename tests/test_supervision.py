@@ -15,7 +15,7 @@ import pytest
 
 from gateway.capacity import FD_RESERVE
 from gateway.worker.process import TEST_EXIT_ENV
-from support import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
+from gateway_harness import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
 from tls_support import Certificates
 
 IDLE_WINDOW = 2.0  # seconds the supervisor's CPU time is read over

@@ -24,7 +24,7 @@ import pytest
 
 from gateway import capacity
 from gateway import config as config_module
-from support import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
+from gateway_harness import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
 
 SYSTEMD = os.path.join(ROOT, "deploy", "systemd")
 UNIT = os.path.join(SYSTEMD, "mur-gateway.service")

@@ -16,7 +16,9 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from support import SSEStream, describe, item, rpc, wait_for
+from gateway_harness import wait_for
+from http_client import rpc
+from sse_reading import SSEStream, describe, item
 
 SESSION = "5e55a0b1"
 _serial = itertools.count(1)

@@ -11,8 +11,9 @@ import sys
 import httpx
 import pytest
 
-from support import (GatewayOptions, ROOT, SSEStream, describe, is_terminal_event, problem_detail,
-                     running_gateway, task_id_of, user_message, wait_for)
+from gateway_harness import GatewayOptions, ROOT, running_gateway, wait_for
+from http_client import problem_detail, user_message
+from sse_reading import SSEStream, describe, is_terminal_event, task_id_of
 from tls_support import accounted, lagged_frames
 
 

@@ -10,7 +10,8 @@ import os
 import signal
 import socket
 
-from support import SSEStream, scrape, running_gateway, wait_for
+from gateway_harness import running_gateway, scrape, wait_for
+from sse_reading import SSEStream
 from tls_support import Certificates
 
 WATCH = "murmur.WatchSession"

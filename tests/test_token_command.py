@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from support import ROOT, rpc, running_gateway
+from gateway_harness import ROOT, running_gateway
+from http_client import rpc
 
 
 def token_new(*args: str) -> subprocess.CompletedProcess:

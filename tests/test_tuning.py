@@ -14,7 +14,7 @@ import re
 import pytest
 
 from gateway import tuning
-from support import ROOT
+from gateway_harness import ROOT
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,10 @@ import urllib.request
 import orjson
 
 from gateway.protocol.lag import LAG_LIMIT
-from support import (SSEStream, WATCH, describe, front_of, is_terminal_event, item, rpc,
-                     running_gateway, scrape, task_id_of, upstream_ready, user_message, wait_for,
-                     watching_b_after_a_burst)
+from gateway_harness import front_of, running_gateway, scrape, upstream_ready, wait_for
+from http_client import rpc, user_message
+from sse_reading import (SSEStream, WATCH, describe, is_terminal_event, item, task_id_of,
+                         watching_b_after_a_burst)
 
 
 def results_until_terminal(stream: SSEStream, task_id: str) -> list[tuple[int | None, bytes]]:

@@ -14,8 +14,9 @@ import urllib.parse
 import orjson
 import pytest
 
-from support import (Http, SSEStream, describe, front_of, headers_for, item, rpc, running_gateway,
-                     token_table, unknown_like, user_message, wait_for)
+from gateway_harness import front_of, running_gateway, token_table, wait_for
+from http_client import Http, headers_for, rpc, user_message
+from sse_reading import SSEStream, describe, item, unknown_like
 
 ALICE, BOB, NARROW, LINK, WATCHER = "alice-4b3c2d", "bob-8e7f6a", "narrow-1a2b3c", "link-5d6e7f", "watcher-9c8d7e"
 OWN = ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",

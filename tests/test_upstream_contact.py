@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from gateway.capsule.resume import RESTARTED, SKIP, Resume
-from support import (Http, ROOT, SSEStream, WATCH, front_of, is_terminal_event, item,
-                     problem_detail, rpc, running_gateway, scrape, task_id_of, token_table,
-                     upstream_ready, user_message, wait_for, watching_b_after_a_burst)
+from gateway_harness import ROOT, front_of, running_gateway, scrape, token_table, upstream_ready, wait_for
+from http_client import Http, problem_detail, rpc, user_message
+from sse_reading import SSEStream, WATCH, is_terminal_event, item, task_id_of, watching_b_after_a_burst
 
 LINK_TOKEN = "link-5d6e7f"
 

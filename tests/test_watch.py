@@ -25,8 +25,9 @@ import pytest
 
 from gateway.protocol import events
 from gateway.protocol.uris import STREAM_URI
-from support import (ROOT, SSEStream, is_terminal_event, rpc, running_gateway, token_table, user_message,
-                     wait_for)
+from gateway_harness import ROOT, running_gateway, token_table, wait_for
+from http_client import rpc, user_message
+from sse_reading import SSEStream, is_terminal_event
 
 WAIT = 30.0
 HINT = "the capsule may still be running; run mur watch again to reattach\n"

@@ -16,8 +16,9 @@ import tempfile
 
 import pytest
 
-from support import (Http, SSEStream, is_terminal_event, item, require_tool, rpc, running_gateway, task_id_of,
-                     user_message, wait_ready)
+from gateway_harness import require_tool, running_gateway, wait_ready
+from http_client import Http, rpc, user_message
+from sse_reading import SSEStream, is_terminal_event, item, task_id_of
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402

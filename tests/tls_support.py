@@ -17,7 +17,8 @@ import h2.events
 import trustme
 
 from gateway.protocol.parser import SSEEvent, SSEParser
-from support import headers_for, item, rpc_body
+from http_client import headers_for, rpc_body
+from sse_reading import item
 
 
 WIDE_WINDOW = 16 << 20

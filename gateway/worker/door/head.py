@@ -5,8 +5,9 @@ frames by Content-Length while this door frames by chunks (request smuggling, RF
 §6.1), a folded or bare-LF line that a proxy reads as two lines, two `Authorization` headers
 of which a filter checks one and the door the other. Each function answers why a head is
 refused (None when it is not; every 400 reason is one of `AMBIGUITIES`, which the refusal
-counter tells apart), so every path that reads heads calls the same rule:
-hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py), the door's ASGI admission (every
+counter tells apart), and each rule is written once, so every path that reads heads calls
+the same rule: hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py: `line_problem`,
+`request_problem`, which applies `framing_problem`), the door's ASGI admission (every
 protocol: `authorization_problem`), and the front of HTTP/1.1 connections
 (gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`).
 """
@@ -75,19 +76,18 @@ def framing_problem(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-def request_problem(method: bytes, http_version: bytes, names: Iterable[bytes]) -> tuple[int, str] | None:
-    """(status, why) for a request line and its header names (lower case) that must not be
+def request_problem(method: bytes, http_version: bytes,
+                    headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+    """(status, why) for a request line and its headers (names lower case) that must not be
     served: an HTTP version other than 1.0 and 1.1 (505), a method that is not upper case
-    (methods are case-sensitive: `post` is no method this door has, 501), or both
-    Content-Length and Transfer-Encoding (400)."""
+    (methods are case-sensitive: `post` is no method this door has, 501), or a body two
+    readers could frame two ways (`framing_problem`, 400)."""
     if http_version not in HTTP_VERSIONS:
         return 505, f"HTTP/{http_version.decode('latin-1')} is not spoken in an HTTP/1.x request line"
     if method != method.upper():
         return 501, f"methods are case-sensitive: {method.decode('latin-1')!r} is not one this door implements"
-    seen = set(names)
-    if b"content-length" in seen and b"transfer-encoding" in seen:
-        return 400, CL_AND_TE
-    return None
+    problem = framing_problem(headers)
+    return None if problem is None else (400, problem)
 
 
 def authorization_problem(lines: int) -> str | None:

@@ -23,7 +23,13 @@ where the request goes:
   `h2`, a head the parser does not take, a body over the limit or too slow): the
   connection is handed to the protocol hypercorn asked the loop for, through asyncio's
   public protocol interface (`set_protocol`, `connection_made`, `data_received` with every
-  byte read so far). hypercorn then serves it as before, keep-alive included.
+  byte read so far). hypercorn then serves it as before, keep-alive included. The head it
+  is handed loses an `Upgrade: h2c` offer (head_checks.without_h2c_upgrade) unless
+  --h2c-upgrade is on and HTTP/2 offered: hypercorn's own h11, where http11_fixes.py does
+  not apply, switches on it whatever the option says.
+
+A refusal of a stream request that keeps the connection (a JSON-RPC error) is followed by the
+next request read here as the first was, never handed on unread.
 
 An ambiguous head is refused 400 and closed (head_checks.py); a head not in within
 --header-timeout closes the connection, as hypercorn's idle timer did; one past the buffer
@@ -46,12 +52,11 @@ from gateway.protocol.activation import STREAM_METHODS
 from gateway.worker.door import BODY_KEY, head, is_json_content_type
 from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http import eager, framing, head_checks
-from gateway.worker.http.head_checks import Parsed
+from gateway.worker.http.head_checks import HEAD_END, Parsed
 from gateway.worker.http.transport_sink import TransportSink, close
 
 SWITCH = "MURGW_TEST_STREAM_PATH"  # "hypercorn": every connection goes straight to hypercorn (tests only)
 H2_PREFACE = b"PRI * HTTP/2.0"
-HEAD_END = b"\r\n\r\n"
 HANDED_ON = ("upgrade", "expect")  # a request with one of these is hypercorn's
 BAD_REQUEST = "the request is not well-formed HTTP/1.1"
 APPS: set[asyncio.Task] = set()  # the app runs of the front's requests (a stream's, while it lasts)
@@ -66,11 +71,12 @@ def enabled() -> bool:
 class FrontSettings:
     """What every connection's front shares: the worker's app and the bounds it applies."""
 
-    __slots__ = ("app", "config", "incomplete_cap", "h2")
+    __slots__ = ("app", "config", "incomplete_cap", "h2", "h2c")
 
     def __init__(self, app, config: Config, incomplete_cap: int, h2: bool = True):
         self.app, self.config, self.incomplete_cap = app, config, incomplete_cap
         self.h2 = h2  # HTTP/2 is offered: its guarantee holds on this hypercorn (serving.py)
+        self.h2c = h2 and config.h2c_upgrade  # an `Upgrade: h2c` is handed on as written
 
 
 class Front(TransportSink):
@@ -78,7 +84,7 @@ class Front(TransportSink):
     then it is the stream's sink (sink.py) too."""
 
     __slots__ = ("settings", "factory", "scheme", "buffer", "head_size", "request", "parser", "timer", "length",
-                 "chunked", "served", "chunked_answer", "close_after", "_gone")
+                 "chunked", "served", "chunked_answer", "close_after", "requests", "_gone")
 
     def __init__(self, factory, settings: FrontSettings):
         super().__init__(None)
@@ -94,6 +100,7 @@ class Front(TransportSink):
         self.served = False  # the app runs for this request: nothing more is read
         self.chunked_answer = False
         self.close_after = False
+        self.requests = 0  # requests this connection's front went on to after its first (`_next_request`)
         self._gone: asyncio.Future | None = None  # the app's receive, waiting for the client to leave
 
     # --- reading the request ---
@@ -187,7 +194,9 @@ class Front(TransportSink):
         if data:
             try:
                 self.parser.feed_data(data)
-            except httptools.HttpParserError:
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+                # not HTTP/1.x as httptools reads it, or a request pipelined behind this one
+                # asks for an upgrade (raised out of data_received, it dropped the connection)
                 return self._hand_on()
         if request.size > self.settings.config.max_body_bytes:
             return self._hand_on()
@@ -240,7 +249,8 @@ class Front(TransportSink):
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         if self.buffer:
-            protocol.data_received(bytes(self.buffer))
+            data = bytes(self.buffer)
+            protocol.data_received(data if self.settings.h2c else head_checks.without_h2c_upgrade(data))
         self.buffer = self.request = self.parser = None
         return protocol.eof_received() if self.left else None
 
@@ -279,13 +289,15 @@ class Front(TransportSink):
         scope = self._scope()
         scope[BODY_KEY] = body  # read whole already: the app takes it from the scope
         self.request = None
+        number = self.requests  # this request's: a later one's answer is not this run's to close
         try:
             task = eager.start(asyncio.get_running_loop(), self.settings.app(scope, self.receive, self.send))
         except Exception as error:
-            return self._app_over(error)
+            return self._app_over(error, number)
         if task is None:
-            return self._app_over(None)  # over within this call: the usual opening (eager.py)
+            return self._app_over(None, number)  # over within this call: the usual opening (eager.py)
         APPS.add(task)
+        task.request_number = number
         task.add_done_callback(self._app_done)
 
     async def receive(self) -> dict:
@@ -298,12 +310,14 @@ class Front(TransportSink):
 
     def _app_done(self, task: asyncio.Task) -> None:
         APPS.discard(task)
-        self._app_over(None if task.cancelled() else task.exception())
+        self._app_over(None if task.cancelled() else task.exception(), task.request_number)
 
-    def _app_over(self, error: BaseException | None) -> None:
+    def _app_over(self, error: BaseException | None, number: int) -> None:
         if error is not None:
             log.warning("a stream request's app failed", error=repr(error))
-        if self._listener is None:  # else its stream is open: the hub ends it (hub.py, `adopt`)
+        # its connection goes with it, unless its stream is open (the hub ends it: hub.py,
+        # `adopt`) or its answer kept the connection for the next request (`_next_request`)
+        if self._listener is None and number == self.requests:
             self.release()
 
     async def send(self, message: dict) -> None:
@@ -334,7 +348,7 @@ class Front(TransportSink):
 
     def end(self) -> None:
         """The answer's end: a stream's as `TransportSink.end_now`; after a refusal, the close, or
-        (the answer kept the connection) the next request handed to hypercorn."""
+        (the answer kept the connection) the next request read (`_next_request`)."""
         if self.chunked_answer:
             self.chunked_answer = False
             self.end_now()
@@ -345,8 +359,22 @@ class Front(TransportSink):
         if self.close_after or self.buffer is None:
             close(transport)
         else:
-            self.served = False
-            self._hand_on()
+            self._next_request()
+
+    def _next_request(self) -> None:
+        """The connection's next request is read as its first was, its head checked here: on
+        the path where hypercorn's HTTP/1.1 fixes do not apply (serving.py), handed on unread
+        it would reach h11 unpatched, which serves an ambiguous head or an h2c upgrade."""
+        self.request = self.parser = None
+        self.requests += 1
+        self.served = self.chunked = self.close_after = False
+        self.head_size = self.length = 0
+        gone, self._gone = self._gone, None
+        if gone is not None and not gone.done():
+            gone.set_result(None)  # the answered request's receive: as hypercorn, a disconnect
+        self.timer = asyncio.get_running_loop().call_later(self.settings.config.header_timeout, self._timed_out)
+        if self.buffer:
+            self._read_head()
 
 
 async def end_apps(apps: set[asyncio.Task], grace: float) -> None:

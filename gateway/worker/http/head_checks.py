@@ -1,6 +1,8 @@
 """The front's reading of a request head: refused 400 (and the connection closed) where it is
 ambiguous, never served or handed on half-parsed, by the door's rules (door/head.py: the raw
-bytes, then the headers its parser read). Pure: the front (front.py) calls it.
+bytes, then the headers its parser read), and the head it hands on to hypercorn less an h2c
+upgrade offer where none may be taken (`without_h2c_upgrade`). Pure: the front (front.py)
+calls it.
 
 httptools (llhttp) is lenient where h11 is strict, and two parsers that read one request two
 ways are how requests are smuggled: a bare LF or CR as a line end, a NUL, an obs-fold
@@ -13,6 +15,8 @@ from __future__ import annotations
 import httptools
 
 from gateway.worker.door.head import CRLF, authorization_problem, framing_problem, raw_problem
+
+HEAD_END = CRLF + CRLF
 
 
 class Ambiguous(Exception):
@@ -85,6 +89,41 @@ def well_formed(request: Parsed, parser) -> bool:
     """What h11 requires that llhttp lets pass (not ambiguous: hypercorn refuses it, 400)."""
     hosts = sum(1 for name, _ in request.headers if name == b"host")
     return hosts == 1 or (hosts == 0 and parser.get_http_version() == "1.0")
+
+
+def without_h2c_upgrade(data: bytes) -> bytes:
+    """`data` with the request head at its start (once whole) less its offer to switch to
+    HTTP/2 (RFC 7540 §3.2): the `Upgrade` lines that name h2c, the `HTTP2-Settings` lines, and
+    the Connection tokens that named them. For the bytes the front hands on where an h2c
+    upgrade is not allowed: hypercorn's own h11 switches on `Upgrade: h2c` alone, so the
+    request is then answered over HTTP/1.1 by whichever hypercorn reads it, patched or not."""
+    end = data.find(HEAD_END)
+    if end < 0 or b"h2c" not in data[:end].lower():
+        return data
+    request_line, *lines = data[:end].split(CRLF)
+    kept = [line for line in lines if not _h2c_offer(line)]
+    named = {b"http2-settings"} if any(_name(line) == b"upgrade" for line in kept) else {b"http2-settings", b"upgrade"}
+    out = [request_line]
+    for line in kept:
+        if _name(line) == b"connection":
+            name, _, value = line.partition(b":")
+            tokens = [token for token in value.split(b",") if token.strip().lower() not in named]
+            if not any(token.strip() for token in tokens):
+                continue
+            line = name + b":" + b",".join(tokens)
+        out.append(line)
+    return CRLF.join(out) + data[end:]
+
+
+def _name(line: bytes) -> bytes:
+    return line.partition(b":")[0].strip().lower()
+
+
+def _h2c_offer(line: bytes) -> bool:
+    """An `HTTP2-Settings` line, or an `Upgrade` line that names h2c among its protocols."""
+    name = _name(line)
+    return name == b"http2-settings" or (
+        name == b"upgrade" and b"h2c" in (token.strip().lower() for token in line.partition(b":")[2].split(b",")))
 
 
 def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:

@@ -179,7 +179,7 @@ async def check_protocol(self: H11Protocol, event: h11.Request) -> None:
     HTTP/2 preface, and for `Upgrade: h2c` where the option allows it."""
     if event.method == b"PRI" and event.target == b"*" and event.http_version == b"2.0":
         await _original_check_protocol(self, event)  # prior knowledge: raises to switch to h2
-    refusal = request_problem(event.method, event.http_version, (name for name, _ in event.headers))
+    refusal = request_problem(event.method, event.http_version, event.headers)
     if refusal is not None:
         _refusals[self] = refusal
     elif getattr(self.config, "h2c_upgrade", False):
