@@ -15,7 +15,9 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -312,3 +314,37 @@ def front_of(upstream, tmp_path, *args, **kw):
     with running_gateway("--upstream", f"http://127.0.0.1:{upstream.port}", *args, tmp_path=tmp_path, **kw) as gw:
         wait_for(lambda: upstream_ready(gw.port), what="the upstream link")
         yield gw
+
+
+def serving_pid(sock: socket.socket) -> int | None:
+    """The pid of the process that holds the server's end of `sock`'s TCP connection (a
+    gateway worker), read from /proc: the kernel's table of TCP sockets names the server end's
+    inode, and that process's descriptors name the inode. None when no process holds it (not
+    accepted yet, or gone)."""
+    client, server = sock.getsockname()[:2], sock.getpeername()[:2]
+    table = "/proc/net/tcp6" if sock.family == socket.AF_INET6 else "/proc/net/tcp"
+    local, remote = _proc_address(*server, sock.family), _proc_address(*client, sock.family)
+    with open(table) as lines:
+        inodes = [fields[9] for fields in (line.split() for line in lines)
+                  if fields[1] == local and fields[2] == remote]
+    if not inodes:
+        return None
+    target = f"socket:[{inodes[0]}]"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if not cmdline.read().startswith(b"murgw: worker"):
+                    continue  # the process title every worker sets
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return int(pid)
+        except OSError:
+            continue  # gone meanwhile
+    return None
+
+
+def _proc_address(host: str, port: int, family: int) -> str:
+    """`host:port` as /proc/net/tcp prints it: the address's 32-bit words in host order, hex."""
+    packed = socket.inet_pton(family, host)
+    words = struct.unpack(f"={len(packed) // 4}I", packed)
+    return "".join(f"{word:08X}" for word in words) + f":{port:04X}"

@@ -6,18 +6,18 @@ full ring and its replay."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import ssl
 import struct
 import time
 from typing import Iterator
 
-import h11
 import orjson
 
 from gateway.protocol.parser import SSEEvent, SSEParser, read_stream_response
 from gateway.protocol.uris import STREAM_URI
-from gateway_harness import front_of, running_gateway
+from gateway_harness import front_of, running_gateway, serving_pid
 from http_client import Http, a2a_check, headers_for, rpc, rpc_body, user_message
 
 
@@ -27,24 +27,16 @@ WATCH = "murmur.WatchSession"
 class SSEStream:
     """An open stream: its head, then its events (heartbeats included), each A2A-checked.
 
-    `worker_pid` is the pid of the worker serving it: the connection first asks `/healthz`
-    (which names its worker), then sends the stream request on the same keep-alive connection.
-    Where the gateway closes after the answer (keep-alive off: test_fallback.py), the stream
-    goes on a connection of its own and its worker is not known (None).
+    `worker_pid` is the pid of the worker serving it, read from /proc (`serving_pid`). The
+    stream request is the connection's first, as a watcher's is: the front of HTTP/1.1
+    connections serves it (a stream asked on a connection hypercorn already serves is
+    test_front.py's).
     """
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
                  rcvbuf: int | None = None, timeout: float = 10.0, tls: ssl.SSLContext | None = None,
                  **header_options):
         self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls)
-        self.http.send_request("GET", "/healthz")
-        self.http.read_head()
-        self.worker_pid = orjson.loads(self.http.read_body())["pid"]
-        if self.http.conn.their_state is h11.MUST_CLOSE:
-            self.http.close()
-            self.http, self.worker_pid = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls), None
-        else:
-            self.http.conn.start_next_cycle()
         self.http.send_request("POST", "/", headers_for(**header_options), rpc_body(method, params, rpc_id))
         self.status = self.http.read_head()
         self.headers = self.http.headers
@@ -53,6 +45,10 @@ class SSEStream:
         self._pending: list[SSEEvent] = []
         self._unchecked: list[str] = []
         self.ended = False
+
+    @functools.cached_property
+    def worker_pid(self) -> int | None:
+        return serving_pid(self.http.sock)
 
     def next(self) -> SSEEvent | None:
         """The next SSE block (event or heartbeat); None when the response ended."""
