@@ -92,7 +92,9 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     # (door.Admission, 431 with problem details); this cap, the limit plus each line's framing,
     # only bounds the memory a head that never finishes can take (431, closed: http11_fixes.py).
     hc.h11_max_incomplete_size = incomplete_head_cap(config)
-    hc.h2c_upgrade = config.h2c_upgrade  # read by http11_fixes.check_protocol: off, Upgrade: h2c is ignored
+    # read by http11_fixes.check_protocol: off, Upgrade: h2c is ignored; never an upgrade to an
+    # HTTP/2 whose guarantee does not hold here
+    hc.h2c_upgrade = config.h2c_upgrade and patches.H2 not in _missing
     if patches.HTTP11 in _missing:
         hc.keep_alive_max_requests = 1  # a public setting: no h11 connection serves a second request
     tls.configure(hc, config.certfile, config.keyfile, handshake_timeout=config.header_timeout,
