@@ -87,8 +87,8 @@ MIDDLE_GENERATION_MOST = 10_000  # young collections this small stayed short in 
 
 # The listening socket's TCP_NOTSENT_LOWAT (gateway/supervisor.py): a stalled reader falls
 # behind, and lags, after about this much unsent, not after megabytes of kernel buffer (the
-# plan of 64 KiB a watcher in gateway/capacity.py counts it). On a carried stream tried as a
-# CPU saving it changed nothing (2.70 against 2.64 us a delivery, RESULTS.md run 7).
+# plan of 64 KiB a watcher in gateway/capacity.py counts it). Tried as a CPU saving on run 7's
+# stream connections, it changed nothing (2.70 against 2.64 us a delivery, RESULTS.md run 7).
 NOTSENT_LOWAT_BYTES = 16 * 1024
 
 # The stall watchdog's pulse (gateway/stall.py): each worker's loop bumps its beat word this

@@ -4,7 +4,7 @@
 
 Starts one gateway (one worker, `--sim-load RATE`) pinned to CPU 0 with `taskset -c 0`, for
 each variant in turn, and attaches WATCHERS murmur.WatchSession streams from this process
-(pin it elsewhere, as above). Variants: plain HTTP/1.1 (the direct body), HTTP/1.1 over TLS,
+(pin it elsewhere, as above). Variants: plain HTTP/1.1 (the front's chunks), HTTP/1.1 over TLS,
 HTTP/2 over TLS with 100 streams a connection (hypercorn's SETTINGS_MAX_CONCURRENT_STREAMS;
 a client that opens more at once loses the connection), and HTTP/2 with ten streams a
 connection. After a warm-up it reads the server's CPU seconds from /proc (the worker, and the

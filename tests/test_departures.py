@@ -1,8 +1,9 @@
 """An HTTP/1.1 watcher that stopped reading, so its worker's send waits on a full socket, and
 then leaves: by its FIN or a reset, the stream ends and frees its place at once, on each sink
-a stream can have (docs/architecture.md): the front's own, the lean connection hypercorn's
-streams are carried to, and the plain ASGI sink where the adapter's table does not hold. The
-HTTP/2 forms of the same claim are tests/test_hostile_h2.py's."""
+a stream can have (docs/architecture.md): the front's own, and the plain ASGI sink of a
+stream hypercorn serves, on hypercorn as the adapter patches it and where the adapter's table
+does not hold (nothing patched). The HTTP/2 forms of the same claim are
+tests/test_hostile_h2.py's."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ FRAME = 16384
 # sink -> (the gateway's environment, the watch request's extra headers)
 SINKS = {
     "front": ({}, []),
-    "carried": ({STREAM_PATH: "hypercorn"}, []),
-    "plain ASGI": ({INTERNALS_MOVED: "1"}, [("Connection", "close")]),  # a close is hypercorn's
+    "plain ASGI": ({STREAM_PATH: "hypercorn"}, []),
+    "plain ASGI, unpatched": ({INTERNALS_MOVED: "1"}, [("Connection", "close")]),  # a close is hypercorn's
 }
 
 
@@ -43,7 +44,7 @@ def test_security_claim_a_watcher_that_stopped_reading_ends_when_it_leaves(tmp_p
     env, extra = SINKS[sink]
     with running_gateway("--sim-load", "2000", "--sim-load-size", str(FRAME), workers=1, metrics=True,
                          env=env, tmp_path=tmp_path) as gw:
-        assert ("streams use plain ASGI sends" in gw.stderr()) == (sink == "plain ASGI")
+        assert ("keep-alive off" in gw.stderr()) == (sink == "plain ASGI, unpatched")
         opened = lambda: scrape(gw.metrics_port).get(f'murgw_connections_open{{endpoint="{WATCH}"}}', 0)
         stalled = SSEStream(gw.port, WATCH, {}, rcvbuf=4096, extra=extra)
         try:

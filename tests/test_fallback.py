@@ -1,8 +1,8 @@
 """The gateway where the internals its adapter follows have moved (gateway/worker/hypercorn/
 patches.py), forced with the test-only switch MURGW_TEST_INTERNALS_MOVED: nothing is patched,
-and what it promises still holds, or is not offered. Streams fall back to plain ASGI sends;
-`h2` leaves ALPN (a stalled HTTP/2 stream could not be bounded); an answer inside hypercorn
-closes its connection (its HTTP/1.1 fixes do not apply). The wire tests of task streams run
+and what it promises still holds, or is not offered: `h2` leaves ALPN (a stalled HTTP/2
+stream could not be bounded); an answer inside hypercorn closes its connection (its HTTP/1.1
+fixes do not apply), so every request, a stream's included, is read by the front. The wire tests of task streams run
 on this path too (test_gateway_task_streams.py)."""
 
 from __future__ import annotations

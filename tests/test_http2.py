@@ -1,22 +1,14 @@
 """HTTP/2 over TLS (ALPN h2): every stream endpoint delivers the same `id:` and `data:` bytes as
 over HTTP/1.1; heartbeats, lag and replay behave the same; many streams share one connection.
-HTTP/2 takes the ASGI path (direct.find answers None there): a direct body would write
-HTTP/1.1 chunk framing into the HTTP/2 connection and break every check below."""
+HTTP/2 is hypercorn's, and its streams take the plain ASGI sink (gateway/worker/hypercorn/
+asgi.py; HTTP/1.1 chunk framing written into the HTTP/2 connection would break every check
+below)."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-
 import httpx
 import pytest
-import uvloop
-from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 
-from gateway import tls
-from gateway.worker.hypercorn import direct
 from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
 from http_client import user_message
 from sse_reading import (CADENCE_TURNS, SSEStream, describe, heartbeats_among_events, is_terminal_event,
@@ -181,18 +173,6 @@ def test_stalled_http2_stream_lags_while_its_neighbour_goes_on(certs, tmp_path):
         assert "SSE broadcast lagged by" in gw.stderr()
 
 
-async def which_body(scope, receive, send):
-    """Answers which path its body took: `direct` where direct.find engages, else `asgi`."""
-    if scope["type"] != "http":
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    body = direct.find(send, receive)
-    await send({"type": "http.response.body", "body": b"asgi" if body is None else b"", "more_body": True})
-    if body is not None:
-        body.write(b"direct")
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
 def test_a_reset_stream_or_a_closed_connection_frees_its_place(certs, tmp_path):
     """RST_STREAM ends that stream alone, a dropped connection every stream on it; heartbeats
     are 300 s apart, so each is noticed from what the client sent, not at a write."""
@@ -210,34 +190,3 @@ def test_a_reset_stream_or_a_closed_connection_frees_its_place(certs, tmp_path):
         finally:
             h2.sock.close()  # no GOAWAY: as a client that was killed
         wait_for(lambda: opened() == 0, what="every place on the closed connection freed")
-
-
-def test_direct_body_engages_on_http1_over_tls_and_never_on_http2(certs):
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    config = HypercornConfig()
-    config.bind = [f"fd://{listener.detach()}"]  # hypercorn owns (and closes) the socket
-    config.accesslog = config.errorlog = None
-    tls.configure(config, certs.certfile, certs.keyfile, handshake_timeout=5)
-    loop = uvloop.new_event_loop()
-    stop = asyncio.Event()
-    thread = threading.Thread(target=loop.run_until_complete,
-                              args=(serve(which_body, config, shutdown_trigger=stop.wait),), daemon=True)
-    thread.start()
-    try:
-        answers = {}
-        for http2 in (False, True):
-            with httpx.Client(http2=http2, verify=certs.client_context()) as client:
-                answer = wait_for(lambda: _get(client, f"https://127.0.0.1:{port}/"), what="the TLS server")
-                answers[answer.http_version] = answer.content
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(10)
-    assert answers == {"HTTP/1.1": b"direct", "HTTP/2": b"asgi"}
-
-
-def _get(client: httpx.Client, url: str) -> httpx.Response | None:
-    try:
-        return client.get(url)
-    except httpx.ConnectError:
-        return None

@@ -1,7 +1,7 @@
 """gateway/worker/hypercorn/: the one package that knows hypercorn. These fail, naming what
-moved, when a hypercorn (or h11) release changes an internal the adapter follows; the adapter
-itself then falls back to plain ASGI sends (slower, still correct), which is checked here
-too. tests/test_direct_body.py and tests/test_lean.py check the same internals live.
+moved, when a hypercorn (or h11, h2, uvloop) release changes an internal the adapter follows;
+the adapter itself then stops offering what it cannot bound (HTTP/2, keep-alive inside
+hypercorn), which is checked here too, and tests/test_fallback.py checks live.
 
 `prepare` patches the process it runs in, so every test that calls it runs it in a child
 Python: this pytest process keeps hypercorn as released."""
@@ -14,7 +14,9 @@ import subprocess
 import sys
 import textwrap
 
-from gateway.worker.hypercorn import serving
+from gateway.worker.http.front import Front
+from gateway.worker.hypercorn import patches, serving
+from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway_harness import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
@@ -38,14 +40,13 @@ def test_the_internals_the_adapter_follows_are_where_it_expects():
 def test_prepare_installs_every_replacement_in_the_table():
     out = in_child("""
         from gateway.worker.hypercorn import patches, serving
-        from gateway.worker.hypercorn.direct import sink_for
-        assert serving.prepare() is sink_for
+        assert serving.prepare() is serving.sink_for
         for row in patches.TABLE:
             if row.replacement is not None:
                 assert getattr(patches.resolve(row.owner), row.name) is patches.resolve(row.replacement), row
         print(sum(row.replacement is not None for row in patches.TABLE))
     """)
-    assert int(out) == 15  # spawn_app, _read_data, event_class; http11_fixes.py's 8; StreamBuffer.pop, H2Protocol._close_stream; h2_limits.py's 2
+    assert int(out) == 12  # http11_fixes.py's 8; StreamBuffer.pop, H2Protocol._close_stream; h2_limits.py's 2
 
 
 def test_this_process_is_not_patched():
@@ -53,32 +54,33 @@ def test_this_process_is_not_patched():
     assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
 
 
-def test_a_speed_row_that_moved_is_named_streams_use_plain_asgi_and_the_guarantees_still_hold():
-    out = in_child("""
-        from gateway.worker.hypercorn import patches, serving
-        from gateway.worker.hypercorn.asgi import AsgiSink
-        from hypercorn.protocol.h11 import H11Protocol
-        from hypercorn.protocol.h2 import StreamBuffer
-        from hypercorn.asyncio.task_group import TaskGroup
-        before = TaskGroup.spawn_app
-        patches.SPEED = (*patches.SPEED, patches.Row("h11._connection:Connection", "_gone", None, "h11", "__init__"))
-        assert serving.prepare() is AsgiSink
-        assert TaskGroup.spawn_app is before  # no speed row installed
-        print(serving._missing, H11Protocol.handle.__module__, StreamBuffer.pop.__module__)
-    """)
-    assert out.split() == ["{}", "gateway.worker.hypercorn.http11_fixes", "gateway.worker.hypercorn.h2_backpressure"]
+def test_every_row_but_accepts_rests_on_a_guarantee():
+    """A row no guarantee rests on has no fallback to check it for: accept.py's alone, which
+    the first test here checks."""
+    assert [(row.owner, row.name) for row in patches.TABLE if row.guarantee is None] == [
+        ("uvloop:Loop", "connect_accepted_socket")]
+
+
+def test_a_stream_hypercorn_serves_gets_the_asgi_sink_and_the_fronts_is_the_front():
+    async def send(message):
+        pass
+
+    async def receive():
+        return {"type": "http.disconnect"}
+    served = Front.__new__(Front)  # only its send is asked for
+    assert serving.sink_for(served.send, receive) is served
+    assert type(serving.sink_for(send, receive)) is AsgiSink
 
 
 def test_a_guarantee_whose_rows_moved_is_not_offered_and_the_rest_installs():
     out = in_child("""
         from gateway.worker.hypercorn import patches, serving
-        from gateway.worker.hypercorn.direct import sink_for
         from hypercorn.protocol.h11 import H11Protocol
         from hypercorn.protocol.h2 import StreamBuffer
         before = StreamBuffer.pop
         patches.GUARANTEES[patches.H2] = (*patches.GUARANTEES[patches.H2],
                                           patches.Row("hypercorn.protocol.h2:Nowhere", "pop", None, "hypercorn"))
-        assert serving.prepare() is sink_for
+        assert serving.prepare() is serving.sink_for
         assert StreamBuffer.pop is before and H11Protocol.handle.__module__.endswith("http11_fixes")
         print(serving._missing[patches.H2])
     """)
@@ -90,9 +92,8 @@ def test_the_test_switch_reports_every_group_moved_and_nothing_is_patched():
         import os
         os.environ["MURGW_TEST_INTERNALS_MOVED"] = "1"
         from gateway.worker.hypercorn import patches, serving
-        from gateway.worker.hypercorn.asgi import AsgiSink
         from hypercorn.protocol.h11 import H11Protocol
-        assert serving.prepare() is AsgiSink
+        assert serving.prepare() is serving.sink_for
         assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
         print(sorted(serving._missing))
     """)

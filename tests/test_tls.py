@@ -60,8 +60,8 @@ def test_plain_http_on_a_tls_door_is_answered_400_in_plain_http_then_closed(gate
                          and r["client"] == "127.0.0.1" for r in gateway.logs()), what="the refusal logged")
 
 
-def test_direct_body_stream_over_tls_http1(gateway, certs):
-    """HTTP/1.1 over TLS: hypercorn's h11 path (and so the direct body) under the TLS transport."""
+def test_a_stream_over_tls_http1_is_the_fronts(gateway, certs):
+    """HTTP/1.1 over TLS: the front serves the stream under the TLS transport."""
     with SSEStream(gateway.port, "SendStreamingMessage", user_message("hello"), activate=True,
                    tls=certs.client_context(["http/1.1"])) as stream:
         assert stream.status == 200

@@ -102,8 +102,8 @@ class NotingSend:
 
 
 def server_send(send):
-    """The server's own send behind `NotingSend`: a stream's sink writes to it directly
-    (hypercorn/direct.py finds the transport behind it), and the stream's status is noted already."""
+    """The server's own send behind `NotingSend`: a stream's sink is found from it (the
+    front's own send: hypercorn/serving.sink_for) and writes to it, the stream's status noted already."""
     return send.send if isinstance(send, NotingSend) else send
 
 

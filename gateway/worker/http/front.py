@@ -59,7 +59,7 @@ SWITCH = "MURGW_TEST_STREAM_PATH"  # "hypercorn": every connection goes straight
 H2_PREFACE = b"PRI * HTTP/2.0"
 HANDED_ON = ("upgrade", "expect")  # a request with one of these is hypercorn's
 BAD_REQUEST = "the request is not well-formed HTTP/1.1"
-APPS: set[asyncio.Task] = set()  # the app runs of the front's requests (a stream's, while it lasts)
+APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
 
 log = logs.get("worker")
 
@@ -378,9 +378,9 @@ class Front(TransportSink):
 
 
 async def end_apps(apps: set[asyncio.Task], grace: float) -> None:
-    """The server stops: as hypercorn does with its own, give every app run that outlives its
-    request (a stream's: the front's, a carried one's) `grace` seconds to end (the hub has
-    ended the streams), then cancel what is left."""
+    """The server stops: as hypercorn does with its own, give every app run of the front's
+    still going (an opening that waits on the sequencer or the pace; an open stream has none:
+    the hub ends it) `grace` seconds to end, then cancel what is left."""
     if apps:
         await asyncio.wait(list(apps), timeout=grace)
     for task in list(apps):

@@ -11,8 +11,10 @@ while the kernel's accept queue held thousands, and the rest timed out in the qu
 asks for on the inherited listening socket) is a `BurstServer`, which watches the socket
 itself and, each time it is readable, accepts up to ACCEPT_BURST connections, stopping at the
 first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
-TCP transport (TCP_NODELAY included) and the same protocol libuv's server would have made.
-On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
+TCP transport (TCP_NODELAY included) libuv's server would have made, its protocol the front
+(gateway/worker/http/front.py), which serves a stream itself and hands anything else to the
+protocol hypercorn asked for (under the test-only MURGW_TEST_STREAM_PATH=hypercorn, its
+protocol is hypercorn's own). On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
 plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
 queue, so a stopped worker's share is taken by the others (tests/test_faults.py).
 
@@ -132,7 +134,14 @@ class BurstServer:
 
 class Loop(uvloop.Loop):
     """uvloop, with plain TCP servers on a given socket accepting in bursts (BurstServer).
-    `busier`, set by `serving.serve`, is handed to them (balance between workers)."""
+
+    Why a loop of our own: hypercorn asks its loop for the server on the inherited socket
+    (`create_server` with the protocol factory of its connections), and this is where that
+    request is answered. It is the one place that holds hypercorn's factory and every
+    accepted socket together, so it is how each connection starts as the front
+    (gateway/worker/http/front.py: `front`, set by `serving.serve`) with hypercorn's protocol
+    to hand on to, and how the accept queue drains in bursts. `busier`, set there too, is
+    handed to the server (balance between workers)."""
 
     busier = None
     front = None  # FrontSettings: each connection starts with the front (serving.serve)

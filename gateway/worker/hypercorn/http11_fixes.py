@@ -100,7 +100,7 @@ async def send_h11_event(self: H11Protocol, event) -> None:
     if opens_stream:
         _note(self, CLOSE_AFTER)
     elif isinstance(event, h11.EndOfMessage) and _has(self, CLOSE_AFTER):
-        # the terminating chunk and the close that follows it, in one segment (carried.py)
+        # the terminating chunk and the close that follows it, in one segment (as the front's end)
         writer = getattr(_tcp_server(self), "writer", None)
         if writer is not None:
             cork_until_fin(writer.transport)

@@ -1,26 +1,29 @@
 """Every reach into another library's internals, as one table: what is replaced, what is followed.
 
-The adapter runs hypercorn with some of its attributes replaced (lean.py's slimmer
-bookkeeping, http11_fixes.py, h2_backpressure.py) and follows other internals it does not
-replace: the `__self__` chain direct.py walks from an ASGI `send` to the transport, h11's
-chunked writer, and the asyncio attributes lean.py swaps on each connection's objects. Each
-is a `Row` of `TABLE`: the owner (a class or module, by dotted name), the attribute, what
-replaces it (None where it is only followed) and the library it reaches into. `problem`
-checks rows against the code installed (each attribute where it is expected), not against a
-version number: a release that keeps what a row follows keeps its row, one that moved it is
-named.
+The adapter runs hypercorn with some of its attributes replaced (http11_fixes.py,
+h2_backpressure.py, h2_limits.py) and follows other internals it does not replace: the
+`__self__` step from hypercorn's HTTP/1.1 protocol to its TCPServer's reader and writer
+(http11_fixes.py), the h11 and h2 state those replacements read, and uvloop's transport for
+each accepted socket (accept.py). Each is a `Row` of `TABLE`: the owner (a class or module,
+by dotted name), the attribute, what replaces it (None where it is only followed) and the
+library it reaches into. `problem` checks rows against the code installed (each attribute
+where it is expected), not against a version number: a release that keeps what a row follows
+keeps its row, one that moved it is named.
 
-Rows are of two kinds. A guarantee row (`guarantee` set) is part of what the gateway promises
-on that path: hypercorn's HTTP/1.1 (`HTTP11`: the status line's reason phrase, a stream's end
-that closes its connection, a client's FIN on a stream, bounded heads) and HTTP/2 (`H2`: a
-stalled stream's memory is bounded). Every other row only makes the gateway faster. serving.py
-checks and installs each group on its own: where speed rows moved, streams fall back to plain
-ASGI sends; where a guarantee's rows moved, the gateway stops offering what it cannot bound
-(HTTP/2, keep-alive inside hypercorn) rather than serving it unbounded.
+Almost every row is a guarantee row (`guarantee` set): part of what the gateway promises on
+a path hypercorn serves, its HTTP/1.1 (`HTTP11`: the status line's reason phrase, a stream's
+end that closes its connection, a client's FIN on a stream, no ambiguous head served) and
+its HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream over the limit refused
+alone). serving.py checks every group before it installs any; where a guarantee's rows
+moved, the gateway stops offering what it cannot bound (HTTP/2, keep-alive inside
+hypercorn) rather than serving it unbounded. The one row with no guarantee is accept.py's
+`connect_accepted_socket` (asyncio's public interface, as uvloop implements it): nothing can
+fall back from it, so only tests/test_hypercorn_adapter.py checks it (`internals_problem`).
 
 A row whose attribute is set on each instance (not the class) names the method whose code
-sets it (`named_in`), and so does a bound method handed on to another object (how direct.py's
-chain is made): the check is that the method's code still names the attribute.
+sets it (`named_in`), and so does a bound method handed on to another object (how
+http11_fixes.py's step to the TCPServer is made): the check is that the method's code still
+names the attribute.
 
 Test-only: with MURGW_TEST_INTERNALS_MOVED set, every group is reported moved, so the suites
 can run the fallback paths on the libraries they have.
@@ -49,23 +52,6 @@ class Row(NamedTuple):
 
 
 TABLE = (
-    # lean.py: smaller per-connection bookkeeping
-    Row(HC + "asyncio.task_group:TaskGroup", "spawn_app", ADAPTER + "asgi:spawn_app", "hypercorn"),
-    Row(HC + "asyncio.task_group", "_handle", None, "hypercorn"),
-    Row(HC + "asyncio.task_group:TaskGroup", "spawn", None, "hypercorn"),
-    Row(HC + "asyncio.task_group:TaskGroup", "_loop", None, "hypercorn", "__init__"),
-    Row(HC + "asyncio.tcp_server:TCPServer", "_read_data", ADAPTER + "lean:read_data", "hypercorn"),
-    Row(HC + "asyncio.tcp_server", "MAX_RECV", None, "hypercorn"),
-    Row(HC + "asyncio.tcp_server:TCPServer", "reader", None, "hypercorn", "__init__"),
-    Row(HC + "asyncio.worker_context:WorkerContext", "event_class", ADAPTER + "lean:LeanEventWrapper", "hypercorn"),
-    Row(HC + "asyncio.worker_context:EventWrapper", "_event", None, "hypercorn", "__init__"),
-    # lean.py: the asyncio internals its queue, events and slim_stream_protocol swap
-    Row("asyncio:Queue", "_init", None, "python"),  # LeanQueue overrides it: called last in __init__
-    *(Row("asyncio:Queue", name, None, "python", "__init__") for name in ("_getters", "_putters", "_finished")),
-    Row("asyncio:Event", "_waiters", None, "python", "__init__"),
-    Row("asyncio.streams:FlowControlMixin", "_drain_waiters", None, "python", "__init__"),
-    Row("asyncio.streams:StreamReaderProtocol", "_stream_reader", None, "python"),  # a property
-    Row("asyncio.streams:StreamReader", "_buffer", None, "python", "__init__"),
     # http11_fixes.py
     Row(HC + "protocol.h11:H11Protocol", "handle", ADAPTER + "http11_fixes:handle", "hypercorn", guarantee=HTTP11),
     Row(HC + "protocol.h11:H11Protocol", "_send_h11_event", ADAPTER + "http11_fixes:send_h11_event", "hypercorn", guarantee=HTTP11),
@@ -85,7 +71,15 @@ TABLE = (
         ADAPTER + "http11_fixes:extract_next_receive_event", "h11", guarantee=HTTP11),
     Row("h11._connection:Connection", "_receive_buffer", None, "h11", "__init__", guarantee=HTTP11),
     *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__", guarantee=HTTP11)
-      for name in ("stream", "can_read")),
+      for name in ("stream", "can_read", "connection")),
+    # http11_fixes.py's `_tcp_server`: the protocol's send.__self__ (the TCPServer, its
+    # protocol_send handed on through the ProtocolWrapper), whose reader tells a client's EOF
+    # and whose writer's transport corks a stream's end with its FIN
+    Row(HC + "protocol.h11:H11Protocol", "send", None, "hypercorn", "__init__", guarantee=HTTP11),
+    Row(HC + "protocol:ProtocolWrapper", "send", None, "hypercorn", "__init__", guarantee=HTTP11),
+    Row(HC + "asyncio.tcp_server:TCPServer", "protocol_send", None, "hypercorn", "run", guarantee=HTTP11),
+    *(Row(HC + "asyncio.tcp_server:TCPServer", name, None, "hypercorn", "__init__", guarantee=HTTP11)
+      for name in ("reader", "writer")),
     # h2_backpressure.py
     Row(HC + "protocol.h2:StreamBuffer", "pop", ADAPTER + "h2_backpressure:pop", "hypercorn", guarantee=H2),
     Row(HC + "protocol.h2", "BUFFER_LOW_WATER", None, "hypercorn", guarantee=H2),
@@ -107,35 +101,8 @@ TABLE = (
     Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn",
         guarantee=H2),
     Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__", guarantee=H2),
-    # direct.py's chain: send.__self__ (HTTPStream) .send.__self__ (H11Protocol)
-    # .send.__self__ (TCPServer) .writer; the protocol's h11 connection and its chunked writer
-    Row(HC + "protocol.http_stream:HTTPStream", "app_send", None, "hypercorn", "handle"),
-    Row(HC + "protocol.http_stream:HTTPStream", "send", None, "hypercorn", "__init__"),
-    Row(HC + "protocol.h11:H11Protocol", "stream_send", None, "hypercorn", "_create_stream"),
-    *(Row(HC + "protocol.h11:H11Protocol", name, None, "hypercorn", "__init__") for name in ("send", "connection")),
-    Row(HC + "protocol:ProtocolWrapper", "send", None, "hypercorn", "__init__"),
-    Row(HC + "asyncio.tcp_server:TCPServer", "protocol_send", None, "hypercorn", "run"),
-    Row(HC + "asyncio.tcp_server:TCPServer", "writer", None, "hypercorn", "__init__"),
-    Row("h11._connection:Connection", "_writer", None, "h11", "__init__"),
-    Row("h11._writers", "ChunkedWriter", None, "h11"),
     # accept.py hands each accepted socket to uvloop's own transport
     Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
-)
-
-# carried.py: what moving a stream's connection out of hypercorn follows. Checked on its own:
-# where one moved, streams stay inside hypercorn (the direct sink), the rest of TABLE applies.
-CARRY = (
-    Row("uvloop.loop:TCPTransport", "set_protocol", None, "uvloop"),
-    Row("uvloop.loop:_SSLProtocolTransport", "set_protocol", None, "uvloop"),
-    Row("uvloop.loop:TCPTransport", "writelines", None, "uvloop"),
-    Row("uvloop.loop:_SSLProtocolTransport", "writelines", None, "uvloop"),
-    Row("asyncio.streams:StreamWriter", "_transport", None, "python", "__init__"),  # swapped for carried.CUT
-    Row("asyncio.streams:StreamWriter", "_protocol", None, "python", "wait_closed"),
-    Row("asyncio.streams:StreamReaderProtocol", "connection_lost", None, "python"),
-    Row("asyncio.streams:FlowControlMixin", "_paused", None, "python", "__init__"),
-    Row("asyncio:Queue", "_queue", None, "python", "_init"),  # a disconnect queued before the carry
-    Row(HC + "asyncio.tcp_server:TCPServer", "_close", None, "hypercorn"),
-    Row(HC + "protocol.http_stream:HTTPStream", "closed", None, "hypercorn", "app_send"),
 )
 
 
@@ -158,7 +125,6 @@ def _row_holds(row: Row) -> bool:
         return False
 
 
-SPEED = tuple(row for row in TABLE if row.guarantee is None)
 GUARANTEES = {kind: tuple(row for row in TABLE if row.guarantee == kind) for kind in (HTTP11, H2)}
 
 

@@ -1,14 +1,14 @@
 """hypercorn under uvloop on the inherited listening socket, and what of its internals we use.
 
-`prepare` checks the internals this package follows (patches.py's table), each group on its
-own, and installs every group that holds. Where the speed rows moved, every stream gets the
-plain ASGI sink: slower, but serving. Where a guarantee's rows moved, the gateway stops
-offering what it could not bound, with one warning naming the rows: no `h2` in ALPN (a
-stalled HTTP/2 stream would buffer without bound), and no keep-alive inside hypercorn (each
-answer closes its connection, so every request, a stream's included, is read by the front of
-HTTP/1.1 connections rather than left to h11 unpatched). `run` is uvloop with accept.py's
-burst-accepting loop; `serve` is hypercorn's own serve with the gateway's settings (TLS too:
-gateway/tls.py).
+`prepare` checks the internals this package follows (patches.py's table), each guarantee
+group on its own, and installs every group that holds. Where a guarantee's rows moved, the
+gateway stops offering what it could not bound, with one warning naming the rows: no `h2` in
+ALPN (a stalled HTTP/2 stream would buffer without bound), and no keep-alive inside
+hypercorn (each answer closes its connection, so every request, a stream's included, is read
+by the front of HTTP/1.1 connections rather than left to h11 unpatched). A stream's sink is
+the front where it serves the stream, and the plain ASGI sink (asgi.py) wherever hypercorn
+does. `run` is uvloop with accept.py's burst-accepting loop; `serve` is hypercorn's own serve
+with the gateway's settings (TLS too: gateway/tls.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from hypercorn.config import Config as HypercornConfig
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
 from gateway.worker.http import front
-from gateway.worker.hypercorn import accept, carried, patches
-from gateway.worker.hypercorn.asgi import AsgiSink
-from gateway.worker.hypercorn.direct import sink_for
+from gateway.worker.hypercorn import accept, patches
+from gateway.worker.hypercorn.asgi import AsgiSink, Receive, Send
 
 GRACE_SECONDS = 2.0
 HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
@@ -41,7 +40,6 @@ def internals_problem() -> str | None:
     return patches.problem(patches.TABLE)
 
 
-_carrying = False  # prepare found what carried.py follows: serve runs the app under `carrying`
 _missing: dict[str, str] = {}  # a guarantee (patches.HTTP11, H2) whose rows moved -> which
 
 # What the gateway stops offering when a guarantee's rows moved, in its warning's words.
@@ -50,26 +48,25 @@ WITHOUT = {patches.H2: "h2 not offered: a stalled HTTP/2 stream's memory cannot 
 
 
 def prepare() -> Callable:
-    """Install what the internals allow; the sink factory `(send, receive) -> Sink`."""
-    global _carrying
-    # every group checked before any is installed: a replacement changes the code a row of
-    # another group reads (http11_fixes' _create_stream is where direct.py's chain is named)
+    """Install what the internals allow; the sink factory `(send, receive) -> Sink` (`sink_for`)."""
+    # every group checked before any is installed: no check reads code a replacement put there
     problems = {kind: patches.problem(rows) for kind, rows in patches.GUARANTEES.items()}
-    speed_problem, carry_problem = patches.problem(patches.SPEED), patches.problem(patches.CARRY)
     for kind, rows in patches.GUARANTEES.items():
         if problems[kind] is None:
             patches.install(rows)
         else:
             _missing[kind] = problems[kind]
             log.warning(WITHOUT[kind], reason=problems[kind])
-    if speed_problem is not None:
-        log.warning("streams use plain ASGI sends", reason=speed_problem)
-        return AsgiSink
-    patches.install(patches.SPEED)
-    if carry_problem is not None:
-        log.warning("streams stay inside hypercorn after their head", reason=carry_problem)
-    _carrying = False  # (lead: carried.py is being removed on branch dead)
     return sink_for
+
+
+def sink_for(send: Send, receive: Receive):
+    """A stream's sink: the front, where it serves the stream (its send is the front's own:
+    gateway/worker/http/front.py); the plain ASGI sink wherever hypercorn serves it."""
+    front_of_stream = getattr(send, "__self__", None)
+    if isinstance(front_of_stream, front.Front):
+        return front_of_stream
+    return AsgiSink(send, receive)
 
 
 def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig:
@@ -124,6 +121,6 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     try:
         hc = hypercorn_config(listener, config)
         hc.counters = app.counters  # read by http11_fixes.send_error_response: hypercorn's refusals count
-        await hypercorn_serve(carried.carrying(app) if _carrying else app, hc, shutdown_trigger=shutdown)
+        await hypercorn_serve(app, hc, shutdown_trigger=shutdown)
     finally:
-        await front.end_apps(carried.CARRIED_APPS | front.APPS, GRACE_SECONDS)
+        await front.end_apps(front.APPS, GRACE_SECONDS)
