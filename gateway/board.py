@@ -19,7 +19,7 @@ and the supervisor signal each other. Each is one aligned u64, written by exactl
   byte on its socket at the next event. Under load the flag stays clear and the sequencer
   makes no syscall for that worker.
 - ``LOOP_BEAT + i`` (worker i): bumped each time worker i's event loop turns a pulse
-  (``gateway.stall``) and as its hub writes (``gateway.worker.hub``); the supervisor
+  (``gateway.stall``) and as its hub writes (``gateway.worker.delivery.hub``); the supervisor
   replaces a worker whose word stands still.
 The ring is created with ``CONTROL_WORDS`` of them and ``RING_SLOTS`` slots.
 

@@ -31,7 +31,7 @@ JSONRPC_CODES = tuple(str(code) for code in ERRORS)  # every code the gateway ca
 LAG_BUCKETS = (0,) + tuple(1 << i for i in range(board.RING_SLOTS.bit_length()))  # 0, 1, 2, 4 .. the ring's slots
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MICRO = 1_000_000
-LIMITS = ("client_streams", "client_rate", "token_streams")  # the door's 429s (worker/limits.py)
+LIMITS = ("client_streams", "client_rate", "token_streams")  # the door's 429s (worker/door/limits.py)
 RELOAD_OUTCOMES = ("applied", "rejected")
 
 # name -> (kind, help, label name or None, label values)

@@ -3,7 +3,7 @@
 Each worker bumps its beat word (``board.LOOP_BEAT + index``, gateway/board.py) every
 PULSE_SECONDS from a timer on its event loop (`start_pulse`), and its hub bumps the same word
 as it makes progress (a pass's streams written, a catch-up run, an opening served:
-gateway/worker/hub.py): the word moves while the loop turns or the worker writes. The
+gateway/worker/delivery/hub.py): the word moves while the loop turns or the worker writes. The
 supervisor (`StallWatch`) remembers when each word last moved, and how long the worker's main
 thread had then waited for a CPU (runnable, on the run queue: /proc/PID/schedstat). While the
 word stands still, the time it counts toward ``--worker-stall-timeout`` is the wall time minus

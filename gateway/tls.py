@@ -4,7 +4,7 @@ With both set, every worker's hypercorn serves TLS on the shared listening socke
 ALPN `h2` and `http/1.1`: a client that picks `h2` gets HTTP/2 (hypercorn's h2 path, where
 streams use the plain ASGI sink), any other gets HTTP/1.1 (the front of
 gateway/worker/http/front.py, as on the plain port). The burst accept loop
-(gateway/worker/hypercorn/accept.py) wraps each accepted socket in TLS itself, so a TLS door
+(gateway/worker/http/accept.py) wraps each accepted socket in TLS itself, so a TLS door
 still drains a reconnect storm.
 
 An https:// --upstream is verified against --upstream-cacert (or the system store):

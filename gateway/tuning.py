@@ -8,7 +8,7 @@ against; the relations between them are checked at the end, at import, as gatewa
 checks the ring's.
 """
 
-# Adaptive write coalescing (gateway/worker/coalesce.py): when the hub's pass over its open
+# Adaptive write coalescing (gateway/worker/delivery/coalesce.py): when the hub's pass over its open
 # streams fills a share of the time between passes, the next pass waits a little so each
 # write carries more events; the wait falls back to 0 when the share drops, or when events
 # come too seldom for any wait up to the cap to catch a second one. A write costs about as
@@ -28,17 +28,17 @@ COALESCE_MAX_SECONDS = 0.025  # never more
 # (gateway/board.py checks it is below both).
 COALESCE_MAX_EVENTS = 32
 
-# The hub (gateway/worker/hub.py): its slow poll, which closes the window in which an armed
+# The hub (gateway/worker/delivery/hub.py): its slow poll, which closes the window in which an armed
 # flag and a head published at the same instant miss each other, and how often a long pass
 # bumps the worker's beat word.
 POLL_SECONDS = 0.05
 PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
 
-# Catch-up (gateway/worker/catchup.py): the most one run writes for before the loop turns,
+# Catch-up (gateway/worker/delivery/catchup.py): the most one run writes for before the loop turns,
 # in the thread's CPU time (a worker preempted on a shared core keeps its budget).
 TURN_BUDGET_SECONDS = 0.005
 
-# The window (gateway/worker/window.py) and the writes it makes. A write carries at most a
+# The window (gateway/worker/delivery/window.py) and the writes it makes. A write carries at most a
 # piece, so a replay of the whole 512-event buffer (~350 KB at ~300 B an event, RESULTS.md
 # "under load", item 6) is a few writes, each made when the one before has left, never one
 # join of the whole buffer per new watcher (the heap's high-water mark). The joins a watcher
@@ -54,10 +54,10 @@ DELIVERY_SECONDS_PER_EVENT = 0.6e-6
 DELIVERY_SECONDS_PER_WRITE = 4.2e-6
 MEASURED_EVENT_BYTES = 300
 PIECES_PER_TURN_AT_LEAST = 8  # a budget that holds fewer would turn the loop for every piece
-# Heartbeats (gateway/worker/heartbeats.py): the one timer fires at most once a tick.
+# Heartbeats (gateway/worker/delivery/heartbeats.py): the one timer fires at most once a tick.
 HEARTBEAT_TICK_SECONDS = 0.01
 
-# Accepting (gateway/worker/hypercorn/accept.py, the balance policy in worker/process.py).
+# Accepting (gateway/worker/http/accept.py, the balance policy in worker/process.py).
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers

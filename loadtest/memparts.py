@@ -121,7 +121,7 @@ if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
 # first match wins: the gateway's own adapter before hypercorn's package
-PARTS = (("gateway.worker.stream", "gateway/worker/stream.py"), ("gateway.worker.hub", "gateway/worker/hub.py"),
+PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"), ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
          ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
          ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"), ("gateway", "/gateway/"))
 STDLIB = re.compile(r"/python3\.\d+/(asyncio|[a-z_]+\.py)")

@@ -1,4 +1,4 @@
-"""The client address behind trusted proxies (gateway/worker/client_address.py): every rule of
+"""The client address behind trusted proxies (gateway/worker/door/client_address.py): every rule of
 its docstring, and, for any header a client can write, an answer that is the peer or an
 address the header named, never an error."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.worker.client_address import (client_key, client_of, forwarded_nodes,
+from gateway.worker.door.client_address import (client_key, client_of, forwarded_nodes,
                                            x_forwarded_for_nodes, Malformed)
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ import math
 
 from hypothesis import given, strategies as st
 
-from gateway.worker.coalesce import KNOBS, Knobs, load_share, next_delay
+from gateway.worker.delivery.coalesce import KNOBS, Knobs, load_share, next_delay
 
 pytestmark = pytest.mark.unit
 

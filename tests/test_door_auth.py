@@ -239,7 +239,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     from gateway import config as gateway_config
     from gateway.worker.app import AttachmentEndpoint
     from gateway.worker.door import Door
-    from gateway.worker.limits import ClientLimits
+    from gateway.worker.door.limits import ClientLimits
 
     class Unreachable:
         async def call(self, op, **params):

@@ -78,7 +78,7 @@ json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=10)
 rpc_ids = json_values | st.text(max_size=300) | st.integers(-(2**66), 2**66) | st.just("r1")
 # Forwarding headers a client may forge: the gateway trusts 127.0.0.1 as a proxy, so each is
-# parsed (gateway/worker/client_address.py); any of them must count some client, never fail.
+# parsed (gateway/worker/door/client_address.py); any of them must count some client, never fail.
 forwarded_values = st.sampled_from([
     'for="[', "for=[::1]", 'for="[::1]:99999"', "for=unknown;for=1.2.3.4", "for=_x, for=", "for",
     "for=1.2.3.4;;", ", , ,", 'for="\\"', "for=" + "9" * 300, "1.2.3.4, " * 400, "::ffff:999.1.1.1",

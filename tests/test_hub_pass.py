@@ -1,4 +1,4 @@
-"""gateway/worker/hub.py in-process over a real ring and fake sinks: the pass writes a parked
+"""gateway/worker/delivery/hub.py in-process over a real ring and fake sinks: the pass writes a parked
 stream through its sink with no coroutine switch, a blocked sink is drained by the stream's
 coroutine and not written meanwhile, the stream ends as its rules say, and every delivery
 metric is counted once per pass."""
@@ -19,9 +19,9 @@ from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.parser import SSEParser, read_stream_response
-from gateway.worker.hub import Hub, Served
-from gateway.worker.stream import Stream, TaskView
-from gateway.worker.window import PIECE_BYTES
+from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.delivery.stream import Stream, TaskView
+from gateway.worker.delivery.window import PIECE_BYTES
 from shm import Ring
 
 pytestmark = pytest.mark.unit

@@ -73,7 +73,7 @@ def test_memparts_counts_one_stream_per_idle_watcher(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     [result] = orjson.loads((tmp_path / "mem.json").read_bytes())
     census = {row["type"]: row["objects"] for row in result["census_per_watcher"]}
-    assert census["gateway.worker.stream.Stream"] == 1.0
+    assert census["gateway.worker.delivery.stream.Stream"] == 1.0
     assert result["kib_per_watcher"]["VmRSS"] > 0
 
 

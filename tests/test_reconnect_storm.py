@@ -6,12 +6,12 @@ has exactly one right answer: every watcher is answered 200 and replays exactly 
 after its Last-Event-ID, up to the newest, with no gap frame. And the listening socket's
 accept queue is --listen-backlog, capped at net.core.somaxconn (by default that cap), so a
 storm waits in the queue rather than on SYN retries; and a worker takes that queue in bursts
-(gateway/worker/hypercorn/accept.py), not one connection per loop iteration as libuv would.
+(gateway/worker/http/accept.py), not one connection per loop iteration as libuv would.
 
 Against a full ring (a 700-frame burst: the buffer has evicted its oldest), a storm of
 watchers with Last-Event-ID: 0 each gets the gap frame and exactly the buffer, with the
 stall watchdog set tight, and no worker is replaced: the replays are written a bounded piece
-at a time (gateway/worker/catchup.py), so the loop keeps turning. A reader too slow to take
+at a time (gateway/worker/delivery/catchup.py), so the loop keeps turning. A reader too slow to take
 its replay before the ring overwrites it is told so by a `lagged` frame, and loses nothing
 silently.
 """
@@ -30,7 +30,7 @@ import uvloop
 
 from gateway import tuning
 from gateway.config import somaxconn
-from gateway.worker.hypercorn import accept
+from gateway.worker.http import accept
 from gateway_harness import running_gateway, wait_for
 from http_client import Http, headers_for, rpc, rpc_body, user_message
 from sse_reading import (SSEStream, STORM_WATCHERS, frame_of, full_ring, is_terminal_event, read_replay,

@@ -1,4 +1,4 @@
-"""gateway/worker/stream.py in-process: the bytes a stream decides, what its steps say happened
+"""gateway/worker/delivery/stream.py in-process: the bytes a stream decides, what its steps say happened
 and the states they move it through, read from a window filled as the pump fills it, with no
 server, socket or hub. The spec's rules each stream applies: lag (skip to head - 128, one
 `lagged` frame on an activated connection), replay, heartbeats, task endings (live and
@@ -18,10 +18,10 @@ from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
-from gateway.worker import stream as machine
-from gateway.worker.stream import (CHECK, CHECKING, END, ENDING, OPENED, PARKED, TRANSITIONS, Happened,
+from gateway.worker.delivery import stream as machine
+from gateway.worker.delivery.stream import (CHECK, CHECKING, END, ENDING, OPENED, PARKED, TRANSITIONS, Happened,
                                    State, Stream, StreamStateError, TaskView)
-from gateway.worker.window import PIECE_BYTES, Window
+from gateway.worker.delivery.window import PIECE_BYTES, Window
 
 pytestmark = pytest.mark.unit
 

@@ -177,7 +177,7 @@ def test_tls_server_accepts_in_bursts(certs):
     each accepted socket in TLS itself: a verifying client completes a request through it."""
     import asyncio
 
-    from gateway.worker.hypercorn.accept import BurstServer, Loop
+    from gateway.worker.http.accept import BurstServer, Loop
 
     async def scenario() -> bytes:
         server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -35,7 +35,8 @@ def test_each_number_is_defined_only_in_tuning():
 
 def test_the_moved_numbers_are_the_ones_their_users_read():
     from gateway import stall, supervisor
-    from gateway.worker import collector, door, reload, window
+    from gateway.worker import collector, door, reload
+    from gateway.worker.delivery import window
 
     assert (window.PIECE_BYTES, window.MAX_BATCHES, window.MAX_CACHED_JOINS) == (
         tuning.PIECE_BYTES, tuning.MAX_BATCHES, tuning.MAX_CACHED_JOINS)

@@ -39,7 +39,7 @@ from gateway import logs
 from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
 
 if TYPE_CHECKING:
-    from gateway.worker.hub import Served
+    from gateway.worker.delivery.hub import Served
 
 SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
 MAX_PATH_CHARS = 200

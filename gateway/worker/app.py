@@ -25,7 +25,7 @@ from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute
 from gateway.worker.dispatch import RpcEndpoint, SinkFactory
 from gateway.worker.door import Admission, http_error_handler
-from gateway.worker.hub import Hub
+from gateway.worker.delivery.hub import Hub
 from gateway.worker.watch_page import routes as watch_page_routes
 
 

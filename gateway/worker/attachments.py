@@ -16,7 +16,7 @@ from gateway.worker.door.asgi_http import NOSNIFF, RETRY_AFTER, respond_bytes
 from gateway.worker.door.auth import Door
 from gateway.worker.door.refusal import Refused, refuse
 from gateway.worker.door.request_head import head_of
-from gateway.worker.limits import ClientLimits
+from gateway.worker.door.limits import ClientLimits
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

@@ -39,10 +39,10 @@ from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_s
 from gateway.worker.card import agent_card, with_own_address
 from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, Caller, Door, Refused, duplicate_member, head_of,
                                  is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
-from gateway.worker.hub import Hub, Served
-from gateway.worker.limits import ClientLimits
+from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.door.limits import ClientLimits
 from gateway.worker.opening import Openings
-from gateway.worker.sink import Sink
+from gateway.worker.delivery.sink import Sink
 
 # A2A's push-notification config methods: this door declares pushNotifications false.
 PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",

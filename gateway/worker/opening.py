@@ -27,10 +27,10 @@ from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_SESSION
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, head_of
-from gateway.worker.hub import Hub, Served
-from gateway.worker.limits import ClientLimits, Holding
+from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.door.limits import ClientLimits, Holding
 from gateway.worker.pace import OpeningPace
-from gateway.worker.stream import TaskView
+from gateway.worker.delivery.stream import TaskView
 
 STREAM_HEAD = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                (b"connection", b"keep-alive")]

@@ -1,7 +1,7 @@
 """Stream openings at the pace the loop can carry: at most OPENINGS_PER_TURN a turn of the event loop.
 
 In a reconnect storm a worker accepts up to ACCEPT_BURST connections a readable event
-(hypercorn/accept.py), and their requests arrive together, so dozens of openings would run
+(http/accept.py), and their requests arrive together, so dozens of openings would run
 their stream's set-up (the replay plan, the stream, its response head) in one turn of the loop:
 in a 10,000-watcher storm the request path was a third of the worker's CPU (py-spy,
 loadtest/RESULTS.md), two thirds of it past this point. The gate lets OPENINGS_PER_TURN through a turn;

@@ -22,7 +22,7 @@ from gateway.metrics import Counters
 from gateway.worker import collector, hypercorn, reload
 from gateway.worker.app import create_app
 from gateway.worker.malloc_trim import Trimmer
-from gateway.worker.hub import Hub
+from gateway.worker.delivery.hub import Hub
 from shm import Ring
 from shm.segment import Handle
 

@@ -7,7 +7,10 @@
 - `head`: what makes a request head ambiguous (smuggling, two Authorization headers), pure;
 - `rpc_checks`: what a JSON-RPC request on `POST /` must be (content type, id, depth, no member twice);
 - `error_handler`: Starlette's own refusals (404, 405, a bug's 500) made the door's;
-- `asgi_http`: reading a head's headers and sending a whole answer over raw ASGI.
+- `request_head`: the one view of a request's head every check reads (headers read once);
+- `limits` and `client_address`: the per-client and per-token limits, and who the client is
+  behind trusted proxies;
+- `asgi_http`: sending a whole answer over raw ASGI.
 
 The names the worker's app uses are gathered here.
 """

@@ -21,7 +21,7 @@ from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 from gateway.worker.door.request_head import head_of
 
 if TYPE_CHECKING:
-    from gateway.worker.hub import Served
+    from gateway.worker.delivery.hub import Served
 
 # Liveness and readiness: never refused for load, so they hold none of --max-connections'
 # places. Each is answered at once, so more than a few in flight on one worker is a flood

@@ -5,7 +5,7 @@ the buffer holds two frames (32 KiB), until `pop` releases it. But `pop` release
 the piece it took is short, and the sending loop pops zero bytes each time a push wakes it
 while the peer's flow-control window is shut. So a client that stops reading one stream (or
 opens it with a zero window) never makes `push` wait: its body piles up in the worker's memory
-without bound, and the stream never falls behind, so it never lags (gateway/worker/stream.py,
+without bound, and the stream never falls behind, so it never lags (gateway/worker/delivery/stream.py,
 "A client that stops reading ...").
 
 Here `pop` releases the pusher only when what is left is under the low-water mark: a stream

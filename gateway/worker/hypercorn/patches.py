@@ -4,7 +4,7 @@ The adapter runs hypercorn with some of its attributes replaced (http11_fixes.py
 h2_backpressure.py, h2_limits.py) and follows other internals it does not replace: the
 `__self__` step from hypercorn's HTTP/1.1 protocol to its TCPServer's reader and writer
 (http11_fixes.py), the h11 and h2 state those replacements read, and uvloop's transport for
-each accepted socket (accept.py). Each is a `Row` of `TABLE`: the owner (a class or module,
+each accepted socket (http/accept.py). Each is a `Row` of `TABLE`: the owner (a class or module,
 by dotted name), the attribute, what replaces it (None where it is only followed) and the
 library it reaches into. `problem` checks rows against the code installed (each attribute
 where it is expected), not against a version number: a release that keeps what a row follows
@@ -16,7 +16,7 @@ end that closes its connection, a client's FIN on a stream, no ambiguous head se
 its HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream over the limit refused
 alone). serving.py checks every group before it installs any; where a guarantee's rows
 moved, the gateway stops offering what it cannot bound (HTTP/2, keep-alive inside
-hypercorn) rather than serving it unbounded. The one row with no guarantee is accept.py's
+hypercorn) rather than serving it unbounded. The one row with no guarantee is http/accept.py's
 `connect_accepted_socket` (asyncio's public interface, as uvloop implements it): nothing can
 fall back from it, so only tests/test_hypercorn_adapter.py checks it (`internals_problem`).
 
@@ -101,7 +101,7 @@ TABLE = (
     Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn",
         guarantee=H2),
     Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__", guarantee=H2),
-    # accept.py hands each accepted socket to uvloop's own transport
+    # http/accept.py hands each accepted socket to uvloop's own transport
     Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
 )
 

@@ -2,7 +2,7 @@
 
 A TLS handshake fails on `GET / HTTP/1.1`, and the client read a bare close ("empty reply",
 "connection reset") that names nothing. As nginx does ("The plain HTTP request was sent to
-HTTPS port"), the burst accept loop (accept.py) looks at a new connection's first byte before
+HTTPS port"), the burst accept loop (http/accept.py) looks at a new connection's first byte before
 it starts TLS: every TLS record starts with a content type (0x14-0x18; a ClientHello 0x16, an
 SSLv2-style hello has its top bit set), every HTTP/1.x request with its method's uppercase
 letter. A connection that starts with a letter is answered `400` with problem details

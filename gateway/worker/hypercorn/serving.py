@@ -7,7 +7,7 @@ ALPN (a stalled HTTP/2 stream would buffer without bound), and no keep-alive ins
 hypercorn (each answer closes its connection, so every request, a stream's included, is read
 by the front of HTTP/1.1 connections rather than left to h11 unpatched). A stream's sink is
 the front where it serves the stream, and the plain ASGI sink (asgi.py) wherever hypercorn
-does. `run` is uvloop with accept.py's burst-accepting loop; `serve` is hypercorn's own serve
+does. `run` is uvloop with http/accept.py's burst-accepting loop; `serve` is hypercorn's own serve
 with the gateway's settings (TLS too: gateway/tls.py).
 """
 
@@ -23,8 +23,8 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway import logs, tls
 from gateway.config import Config, effective_listen_backlog
-from gateway.worker.http import front
-from gateway.worker.hypercorn import accept, patches
+from gateway.worker.http import accept, front
+from gateway.worker.hypercorn import patches
 from gateway.worker.hypercorn.asgi import AsgiSink, Receive, Send
 
 GRACE_SECONDS = 2.0
@@ -77,7 +77,7 @@ def hypercorn_config(listener: socket.socket, config: Config) -> HypercornConfig
     hc.graceful_timeout = GRACE_SECONDS
     hc.accesslog = None
     hc.errorlog = None
-    # The worker's server listens again on the inherited socket with this value (accept.py),
+    # The worker's server listens again on the inherited socket with this value (http/accept.py),
     # and the last listen() on a socket sets its accept queue: every worker asks for what the
     # supervisor resolved (--listen-backlog, capped at net.core.somaxconn).
     hc.backlog = effective_listen_backlog(config.listen_backlog)
@@ -112,7 +112,7 @@ def run(main: Coroutine) -> None:
 async def serve(app, config: Config, listener: socket.socket, shutdown: Callable[[], Awaitable],
                 busier: Callable[[], bool]) -> None:
     """Serve `app` until `shutdown` returns; `busier` tells the accepting server when this
-    worker holds more than its share of streams (accept.py)."""
+    worker holds more than its share of streams (http/accept.py)."""
     loop = asyncio.get_running_loop()
     if isinstance(loop, accept.Loop):
         loop.busier = busier

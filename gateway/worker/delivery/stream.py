@@ -68,7 +68,7 @@ import orjson
 from gateway import records
 from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
-from gateway.worker.window import PIECE_BYTES, Entry, Window
+from gateway.worker.delivery.window import PIECE_BYTES, Entry, Window
 
 
 class State(enum.Enum):

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from gateway.config import Config, TokenRule
 from gateway.config_found import request_burst
 from gateway.control import ControlClient, Op
-from gateway.worker.client_address import client_key, client_of
+from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.asgi_http import RETRY_AFTER
 from gateway.worker.door.refusal import Refused
 

@@ -42,13 +42,13 @@ from gateway.board import Board
 from gateway.control import EVERY_TASK, ControlClient, Op
 from gateway.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.catchup import CatchUp
-from gateway.worker.coalesce import next_delay
-from gateway.worker.heartbeats import Heartbeats
-from gateway.worker.sink import Sink
-from gateway.worker.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, FULL, GOES_ON, OPENED,
+from gateway.worker.delivery.catchup import CatchUp
+from gateway.worker.delivery.coalesce import next_delay
+from gateway.worker.delivery.heartbeats import Heartbeats
+from gateway.worker.delivery.sink import Sink
+from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, FULL, GOES_ON, OPENED,
                                    OPENING, PARKED, Delivery, Noted, Stream)
-from gateway.worker.window import Window
+from gateway.worker.delivery.window import Window
 from shm import Ring
 
 log = logs.get("worker")
