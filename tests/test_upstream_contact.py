@@ -187,6 +187,10 @@ def test_an_upstream_that_refuses_bs_token_is_worded_for_the_client(tmp_path):
                             tmp_path=tmp_path, ready=False) as b:
         a_wording = rpc(a.port, "GetTask", {"id": "tsk_none"}, token="wrong-token")
         assert a_wording[0] == 401
+        # B never becomes ready (its upstream refuses it), so its workers may serve before its
+        # sequencer listens: its calls are asked once the sequencer has met the refusal
+        wait_for(lambda: any(r.get("event") == "upstream stream lost" for r in b.logs()),
+                 what="B's sequencer refused by A")
         for method, params in (("GetTask", {"id": "tsk_none"}), ("SendMessage", user_message("hello"))):
             assert error_of(b.port, method, params) == (-32603, "the upstream refused the gateway's credentials")
         logged = [r for r in b.logs() if r.get("event") == "upstream refused the gateway's credentials"]
