@@ -187,6 +187,10 @@ def test_subscribe_stays_open_through_input_required(gateway):
             assert describe(seen[-1]) == "input_required:File?"
         rpc(gateway.port, "SendMessage", user_message("a.txt", taskId=task_id))
         rest = stream_all(stream)
+    if task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" and describe(rest[0]) == "input_required:File?":
+        # the capsule records a status before it writes its event: the opening read the task
+        # between the two, so the event follows the opening that already showed it
+        rest = rest[1:]
     assert describe(rest[0]) == "working:resumed"
     assert describe(rest[-1]) == "completed:task completed"
 

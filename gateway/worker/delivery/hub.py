@@ -68,7 +68,7 @@ class Hub:
         self.watchers: set[Served] = set()
         self.task_streams: set[Served] = set()
         self.heartbeats: Heartbeats[Served] = Heartbeats(interval, self._heartbeat_due)
-        self.catch_up = CatchUp(self._catch_up_write, self._after_catch_up)
+        self.catch_up = CatchUp(self._write, self._after_catch_up)
         self._poll: asyncio.TimerHandle | None = None
         self._pending_sync: asyncio.Handle | None = None
         self._pending_due = 0.0  # the loop time `_pending_sync` runs at
@@ -77,6 +77,7 @@ class Hub:
         self._delay = 0.0
         self._pass_started = time.perf_counter()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sends: dict[str, int] = {}  # writes this turn by endpoint, not yet counted
         self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
         # The app's bookkeeping when a stream is over (app.py): (served, reason), reason None
         # when it failed under it.
@@ -192,8 +193,7 @@ class Hub:
         self.epoch = epoch
         for served in self.all_streams():
             served.stream.new_session()
-            if self._write(served):
-                self.counters.add("sends", label=served.stream.endpoint)
+            self._write(served)
 
     # --- the pass ---
 
@@ -203,21 +203,17 @@ class Hub:
 
     def _pass(self, keys: set[int]) -> None:
         everyone = self.window.closing or self.window.session_closed_at
-        sends = 0
         for count, served in enumerate(self.watchers, 1):
-            sends += self._write(served)
+            self._write(served)
             if not count % tuning.PROGRESS_STREAMS:
                 self._progress()
-        if sends:
-            self.counters.add("sends", sends, WATCH_SESSION)
         head = self.window.head
         for served in self.task_streams:
             # A parked task stream not queued had consumed every event before this pass: the
             # stream's filter says whether any of the new ones can be its (`Stream.pass_over`).
             if not everyone and served.waiting is PARK and not served.queued and served.stream.pass_over(keys, head):
                 continue
-            if self._write(served):
-                self.counters.add("sends", label=served.stream.endpoint)
+            self._write(served)
         self._count_batches()
 
     def _write(self, served: Served) -> int:
@@ -244,10 +240,9 @@ class Hub:
 
     def _deliver(self, served: Served, delivery: Delivery) -> int:
         """The one delivery step, whoever runs it (a pass, the catch-up queue, a heartbeat, the
-        stream's own driver): what the stream noted counted, its body handed to the sink, and
-        the stream moved as the delivery says (FULL when the sink took it and is full, and
-        nothing else happened). 1 when it wrote: the caller counts its sends (a pass counts a
-        whole pass's at once)."""
+        stream's own driver): what the stream noted counted, its body handed to the sink and
+        counted as a send, and the stream moved as the delivery says (FULL when the sink took
+        it and is full, and nothing else happened). 1 when it wrote."""
         body, happened, noted = delivery
         stream = served.stream
         if noted is not None:
@@ -257,22 +252,26 @@ class Hub:
         if body and not sink.closed:
             served.bytes_sent += len(body)
             wrote = 1
+            sends = self._sends  # counted into the metrics once a turn (`_count_sends`)
+            if not sends:
+                self._loop.call_soon(self._count_sends)
+            sends[stream.endpoint] = sends.get(stream.endpoint, 0) + 1
             if not sink.write(body) and happened is None:
                 happened = FULL
         if happened is not None:
             stream.move(happened)
         return wrote
 
-    def _catch_up_write(self, served: Served) -> int:
-        if self._write(served):
-            self.counters.add("sends", label=served.stream.endpoint)
-            return 1
-        return 0
-
     def _after_catch_up(self, written: int) -> None:
         self._count_batches()
         if written:
             self._progress()
+
+    def _count_sends(self) -> None:
+        """The turn's sends, one add per endpoint: a pass writes thousands of watchers."""
+        sends, self._sends = self._sends, {}
+        for endpoint, count in sends.items():
+            self.counters.add("sends", count, endpoint)
 
     def _count_noted(self, label: str, noted: Noted) -> None:
         """What a stream's step noted of its own walk or heartbeat (not a shared batch)."""
@@ -300,8 +299,7 @@ class Hub:
         if served.sink is None:
             return False  # closed: dropped from the heap
         served.beat_due = due
-        if self._write(served):
-            self.counters.add("sends", label=served.stream.endpoint)
+        self._write(served)
         return True
 
     # --- streams ---
@@ -392,8 +390,7 @@ class Hub:
 
     async def _check(self, served: Served) -> None:
         """CHECKING: its task looked up, and the ending found written."""
-        if self._deliver(served, await self._ending_of_lost_task(served.stream)):
-            self.counters.add("sends", label=served.stream.endpoint)
+        self._deliver(served, await self._ending_of_lost_task(served.stream))
         if served.stream.state is CHECKING:  # neither the ending found nor ended meanwhile
             served.stream.move(GOES_ON)
 
@@ -418,8 +415,7 @@ class Hub:
             elif not served.queued and stream.has_work(window, served.beat_due):
                 due, served.beat_due = served.beat_due, None
                 # Drained mid-replay: a due heartbeat now, the next piece in its turn.
-                if self._deliver(served, stream.gather(window, due, events_too=not stream.replaying)):
-                    self.counters.add("sends", label=stream.endpoint)
+                self._deliver(served, stream.gather(window, due, events_too=not stream.replaying))
                 if stream.state is PARKED and stream.behind(window):
                     self.catch_up.add(served)
             else:
@@ -431,8 +427,7 @@ class Hub:
         sink.on_disconnect(served)
         self._add(served)
         stream = served.stream
-        if self._deliver(served, (stream.take_opening(), None, None)):
-            self.counters.add("sends", label=stream.endpoint)
+        self._deliver(served, (stream.take_opening(), None, None))
         if stream.state is OPENING:  # the sink took it and takes more (else FULL moved it)
             stream.move(OPENED)
         self._progress()
