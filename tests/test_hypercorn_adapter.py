@@ -55,10 +55,10 @@ def test_this_process_is_not_patched():
 
 
 def test_every_row_but_accepts_rests_on_a_guarantee():
-    """A row no guarantee rests on has no fallback to check it for: accept.py's alone, which
-    the first test here checks."""
+    """A row no guarantee rests on has no fallback to check it for: http/accept.py's alone,
+    which the first test here checks."""
     assert [(row.owner, row.name) for row in patches.TABLE if row.guarantee is None] == [
-        ("uvloop:Loop", "connect_accepted_socket")]
+        ("socket:socket", "_accept"), ("uvloop:Loop", "connect_accepted_socket")]
 
 
 def test_a_stream_hypercorn_serves_gets_the_asgi_sink_and_the_fronts_is_the_front():

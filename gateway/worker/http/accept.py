@@ -56,6 +56,10 @@ class BurstServer:
         self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
         self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/tls.py)
         self._fd = sock.fileno()
+        # What each accepted socket is made as, read once as plain ints: socket.accept() reads
+        # the listener's family and type through their IntEnum properties for every connection
+        # (7% of a worker's CPU in a reconnect storm, py-spy); `_accept` is the call beneath it.
+        self._kind = (int(sock.family), int(sock.type), sock.proto)
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
         self._busier = busier  # () -> bool: this worker holds more than its share
@@ -87,7 +91,7 @@ class BurstServer:
         self._deferred = False
         for _ in range(ACCEPT_BURST):
             try:
-                conn, _ = self._sock.accept()
+                fd, _ = self._sock._accept()
             except (BlockingIOError, InterruptedError):
                 return  # the queue is empty (or another worker took the rest)
             except ConnectionAbortedError:
@@ -97,6 +101,7 @@ class BurstServer:
                 if exc.errno in RESOURCE_ERRORS:
                     self._pause_for(RETRY_SECONDS)  # level-triggered: without a pause the loop would spin
                 return
+            conn = socket.socket(*self._kind, fileno=fd)
             conn.setblocking(False)
             self._loop.create_task(self._connect(conn))
 

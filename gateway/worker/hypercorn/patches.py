@@ -16,9 +16,10 @@ end that closes its connection, a client's FIN on a stream, no ambiguous head se
 its HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream over the limit refused
 alone). serving.py checks every group before it installs any; where a guarantee's rows
 moved, the gateway stops offering what it cannot bound (HTTP/2, keep-alive inside
-hypercorn) rather than serving it unbounded. The one row with no guarantee is http/accept.py's
-`connect_accepted_socket` (asyncio's public interface, as uvloop implements it): nothing can
-fall back from it, so only tests/test_hypercorn_adapter.py checks it (`internals_problem`).
+hypercorn) rather than serving it unbounded. The two rows with no guarantee are
+http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
+implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back
+from them, so only tests/test_hypercorn_adapter.py checks them (`internals_problem`).
 
 A row whose attribute is set on each instance (not the class) names the method whose code
 sets it (`named_in`), and so does a bound method handed on to another object (how
@@ -101,7 +102,9 @@ TABLE = (
     Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn",
         guarantee=H2),
     Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__", guarantee=H2),
-    # http/accept.py hands each accepted socket to uvloop's own transport
+    # http/accept.py accepts with the call beneath socket.accept (no IntEnum reads a connection)
+    # and hands each accepted socket to uvloop's own transport
+    Row("socket:socket", "_accept", None, "python"),
     Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
 )
 
