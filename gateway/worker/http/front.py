@@ -69,12 +69,15 @@ def enabled() -> bool:
 
 
 class FrontSettings:
-    """What every connection's front shares: the worker's app and the bounds it applies."""
+    """What every connection's front shares: the worker's app and the bounds it applies, and
+    its loop (on Python 3.11 `asyncio.get_running_loop()` is a getpid system call each time:
+    three an opening)."""
 
-    __slots__ = ("app", "config", "incomplete_cap", "h2", "h2c")
+    __slots__ = ("app", "config", "incomplete_cap", "h2", "h2c", "loop")
 
     def __init__(self, app, config: Config, incomplete_cap: int, h2: bool = True):
         self.app, self.config, self.incomplete_cap = app, config, incomplete_cap
+        self.loop = asyncio.get_running_loop()
         self.h2 = h2  # HTTP/2 is offered: its guarantee holds on this hypercorn (serving.py)
         self.h2c = h2 and config.h2c_upgrade  # an `Upgrade: h2c` is handed on as written
 
@@ -114,7 +117,7 @@ class Front(TransportSink):
             if ssl_object.selected_alpn_protocol() not in (None, "http/1.1"):
                 self._hand_on()  # h2: hypercorn's
                 return
-        self.timer = asyncio.get_running_loop().call_later(self.settings.config.header_timeout, self._timed_out)
+        self.timer = self.settings.loop.call_later(self.settings.config.header_timeout, self._timed_out)
 
     def data_received(self, data: bytes) -> None:
         if self.served:
@@ -159,7 +162,7 @@ class Front(TransportSink):
         if not self._ours(parser, request):
             return self._hand_on()
         self._cancel_timer()
-        self.timer = asyncio.get_running_loop().call_later(self.settings.config.body_timeout, self._hand_on)
+        self.timer = self.settings.loop.call_later(self.settings.config.body_timeout, self._hand_on)
         rest = bytes(buffer[self.head_size:])
         if rest or request.complete:
             self._read_body(rest)
@@ -291,7 +294,7 @@ class Front(TransportSink):
         self.request = None
         number = self.requests  # this request's: a later one's answer is not this run's to close
         try:
-            task = eager.start(asyncio.get_running_loop(), self.settings.app(scope, self.receive, self.send))
+            task = eager.start(self.settings.loop, self.settings.app(scope, self.receive, self.send))
         except Exception as error:
             return self._app_over(error, number)
         if task is None:
@@ -372,7 +375,7 @@ class Front(TransportSink):
         gone, self._gone = self._gone, None
         if gone is not None and not gone.done():
             gone.set_result(None)  # the answered request's receive: as hypercorn, a disconnect
-        self.timer = asyncio.get_running_loop().call_later(self.settings.config.header_timeout, self._timed_out)
+        self.timer = self.settings.loop.call_later(self.settings.config.header_timeout, self._timed_out)
         if self.buffer:
             self._read_head()
 
