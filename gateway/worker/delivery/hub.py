@@ -511,8 +511,12 @@ class Hub:
 
     def _looked_up(self, task: asyncio.Task) -> None:
         self._lookups.discard(task)
-        if not task.cancelled():
-            self._advance(task.served)
+        if task.cancelled():
+            return  # the worker is stopping
+        if task.exception() is not None:
+            log.error("a stream's task lookup failed", error=repr(task.exception()))
+        self._advance(task.served)
+
 
 class Wait(enum.Enum):
     """What a stream's driver waits for (`Hub._step`)."""
