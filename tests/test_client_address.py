@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.worker.door.client_address import (client_key, client_of, forwarded_nodes,
-                                           x_forwarded_for_nodes, Malformed)
+                                                x_forwarded_for_nodes, Malformed)
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.worker.delivery import stream as machine
 from gateway.worker.delivery.stream import (CHECK, CHECKING, END, ENDING, OPENED, PARKED, TRANSITIONS, Happened,
-                                   State, Stream, StreamStateError, TaskView)
+                                            State, Stream, StreamStateError, TaskView)
 from gateway.worker.delivery.window import PIECE_BYTES, Window
 
 pytestmark = pytest.mark.unit

@@ -47,7 +47,7 @@ from gateway.worker.delivery.coalesce import next_delay
 from gateway.worker.delivery.heartbeats import Heartbeats
 from gateway.worker.delivery.sink import Sink
 from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, FULL, GOES_ON, OPENED,
-                                   OPENING, PARKED, Delivery, Noted, Stream)
+                                            OPENING, PARKED, Delivery, Noted, Stream)
 from gateway.worker.delivery.window import Window
 from shm import Ring
 
@@ -183,7 +183,7 @@ class Hub:
                                  arrived)
         self._pass_started = started
         board.arm(self.index)
-        if ring.head != window.head or ring.epoch != self.epoch:
+        if self._ring_moved():
             self._schedule_sync()  # written while we copied: the next batch
         elif self._poll is None:
             self._poll = self._loop.call_later(tuning.POLL_SECONDS, self._on_poll)
@@ -309,11 +309,13 @@ class Hub:
         nothing written while its opening is read (app notes it before it reads the task).
         When the window holds the ring's head and session already (a storm's openings, most
         of them between two events), there is nothing to copy and no pass is run."""
-        ring, window = self.ring, self.window
-        if (ring.head != window.head or ring.epoch != self.epoch
-                or self.board.session_closed != window.session_closed_at):
+        if self._ring_moved() or self.board.session_closed != self.window.session_closed_at:
             self.sync()
-        return window.head
+        return self.window.head
+
+    def _ring_moved(self) -> bool:
+        """The ring holds events the window has not copied, or began a new session."""
+        return self.ring.head != self.window.head or self.ring.epoch != self.epoch
 
     @property
     def upstream_threaded(self) -> bool:
@@ -358,7 +360,7 @@ class Hub:
         served.revoked = True
         served.poke()
         if served.sink is not None and served.sink.blocked:
-            asyncio.get_running_loop().call_later(self.heartbeats.interval, self._cut_off, served)
+            self._loop.call_later(self.heartbeats.interval, self._cut_off, served)
 
     @staticmethod
     def _cut_off(served: Served) -> None:
@@ -454,8 +456,7 @@ class Hub:
         if sink.writes_at_once:
             self.adopt(served, sink)
             return
-        loop, reason = asyncio.get_running_loop(), None
-        served.sink = sink
+        reason = None
         try:
             self._open(served, sink)
             while (wait := self._step(served)) is not DONE:
@@ -464,7 +465,7 @@ class Hub:
                 elif wait is CHECK:
                     await self._check(served)
                 else:
-                    served.waiter = loop.create_future()
+                    served.waiter = self._loop.create_future()
                     served.waiting = PARK
                     try:
                         await served.waiter

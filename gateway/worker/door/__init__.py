@@ -23,9 +23,9 @@ from gateway.worker.door.error_handler import http_error_handler
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 from gateway.worker.door.request_head import HEAD_KEY, head_of
 from gateway.worker.door.rpc_checks import (duplicate_member, is_json_content_type, nests_deeper, rpc_id_of,
-                                           rpc_id_problem)
+                                            rpc_id_problem)
 
-__all__ = ["BODY_KEY", "CLOSE", "HEAD_KEY", "INTERNAL_REFUSAL", "JSON_HEAD", "NOSNIFF", "PROBES_IN_FLIGHT", "PROBE_PATHS",
-           "RETRY_AFTER", "Admission", "Caller", "Door", "Refused", "duplicate_member", "head_of",
+__all__ = ["BODY_KEY", "CLOSE", "HEAD_KEY", "INTERNAL_REFUSAL", "JSON_HEAD", "NOSNIFF", "PROBES_IN_FLIGHT",
+           "PROBE_PATHS", "RETRY_AFTER", "Admission", "Caller", "Door", "Refused", "duplicate_member", "head_of",
            "http_error_handler", "is_json_content_type", "nests_deeper", "refuse", "respond",
            "respond_bytes", "rpc_id_of", "rpc_id_problem"]

@@ -272,6 +272,10 @@ class Front(TransportSink):
 
     def _leave(self) -> None:
         super()._leave()
+        self._disconnect_receive()
+
+    def _disconnect_receive(self) -> None:
+        """The app's receive, if it waits, returns its `http.disconnect`."""
         gone, self._gone = self._gone, None
         if gone is not None and not gone.done():
             gone.set_result(None)
@@ -307,7 +311,7 @@ class Front(TransportSink):
         """The app's ASGI receive: the body is in the scope (BODY_KEY), so only the client's
         leaving is left to tell."""
         if not self.left:
-            self._gone = asyncio.get_running_loop().create_future()
+            self._gone = self.settings.loop.create_future()
             await self._gone
         return {"type": "http.disconnect"}
 
@@ -339,9 +343,9 @@ class Front(TransportSink):
             return
         body = message.get("body", b"")
         if not self.chunked_answer:
-            head, self.unsent = self.unsent, b""
-            if head or body:
-                transport.write(head + body)
+            data = self.headed(body)
+            if data:
+                transport.write(data)
         elif body:
             self.write(body)
         if not message.get("more_body", False):
@@ -372,9 +376,7 @@ class Front(TransportSink):
         self.requests += 1
         self.served = self.chunked = self.close_after = False
         self.head_size = self.length = 0
-        gone, self._gone = self._gone, None
-        if gone is not None and not gone.done():
-            gone.set_result(None)  # the answered request's receive: as hypercorn, a disconnect
+        self._disconnect_receive()  # the answered request's: as hypercorn tells it
         self.timer = self.settings.loop.call_later(self.settings.config.header_timeout, self._timed_out)
         if self.buffer:
             self._read_head()

@@ -54,12 +54,13 @@ class TransportSink(asyncio.Protocol):
 
     def write(self, body: bytes) -> bool:
         transport = self.transport
-        if self.unsent:
-            head, self.unsent = self.unsent, b""
-            transport.write(head + chunk(body))
-        else:
-            transport.write(chunk(body))
+        transport.write(self.headed(chunk(body)) if self.unsent else chunk(body))
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
+
+    def headed(self, data: bytes) -> bytes:
+        """`data` after the response head not yet written (`unsent`), which goes with it."""
+        head, self.unsent = self.unsent, b""
+        return head + data
 
     def end_now(self) -> None:
         """The terminating chunk, then the FIN, in one segment where the transport allows
@@ -70,8 +71,7 @@ class TransportSink(asyncio.Protocol):
         if transport is None or self.closed:
             return
         cork_until_fin(transport)
-        head, self.unsent = self.unsent, b""
-        transport.write(head + LAST_CHUNK)
+        transport.write(self.headed(LAST_CHUNK))
         close(transport)
 
     def abort(self) -> None:
