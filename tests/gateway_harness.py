@@ -108,6 +108,9 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
         gateway = Gateway(proc, port, metrics_port, stderr_path)
         if ready is not None:
             wait_ready(port, tls=tls, path="/readyz" if ready else "/healthz")
+            if workers > 1:  # one worker answered readiness: the others may still be starting,
+                # and until they serve, the first takes every connection (their logs say when)
+                wait_for(lambda: len(gateway.worker_pids()) == workers, START_TIMEOUT, "every worker serving")
         children = gateway.children()
         yield gateway
     finally:

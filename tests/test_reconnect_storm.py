@@ -188,7 +188,8 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
 
 def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):
     """Every idle worker is woken for a new connection and the first to run takes it; a worker
-    holding more than BALANCE_SLACK streams beyond a sibling steps back (accept.py)."""
+    holding more than BALANCE_SLACK streams beyond a sibling steps back (accept.py). (Every
+    worker is serving first: running_gateway waits for it.)"""
     with running_gateway(workers=2, tmp_path=tmp_path) as gw:
         streams = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(30)]
         try:
