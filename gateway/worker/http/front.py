@@ -194,6 +194,8 @@ class Front(TransportSink):
 
     def _read_body(self, data: bytes) -> None:
         request = self.request
+        if not self.chunked:  # the body's end is known: what follows it is the next request's
+            data = data[:max(self.length - request.size, 0)]
         if data:
             try:
                 self.parser.feed_data(data)

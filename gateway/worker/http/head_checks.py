@@ -24,7 +24,11 @@ class Ambiguous(Exception):
 
 
 class Parsed:
-    """What the parser read of one request: its URL, headers (names lowercased), body."""
+    """What the parser read of one request: its URL, headers (names lowercased), body.
+
+    One request only: once it is complete, what the parser reads after it (a request
+    pipelined behind it, in the same write) is the next request's, never added to this one's
+    headers or body."""
 
     __slots__ = ("url", "headers", "body", "size", "complete")
 
@@ -37,14 +41,17 @@ class Parsed:
 
     # httptools' callbacks
     def on_url(self, url: bytes) -> None:
-        self.url += url
+        if not self.complete:
+            self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
+        if not self.complete:
+            self.headers.append((name.lower(), value))
 
     def on_body(self, body: bytes) -> None:
-        self.size += len(body)
-        self.body.append(body)
+        if not self.complete:
+            self.size += len(body)
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.complete = True
