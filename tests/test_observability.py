@@ -6,14 +6,18 @@ from __future__ import annotations
 import pytest
 import json
 import os
+import platform
 import re
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
 import orjson
+
+from gateway import version
 
 from gateway_harness import ROOT, require_tool, running_gateway, scrape, series, wait_for
 from http_client import rpc, user_message
@@ -67,6 +71,21 @@ def test_every_series_exists_at_zero_from_start(tmp_path):
         assert samples[f'murgw_events_lost_to_lag_total{{endpoint="{endpoint}"}}'] == 0
     assert samples["murgw_upstream_connected"] == 1
     assert samples['murgw_process_resident_memory_bytes{process="worker-1"}'] > 0
+    assert samples[f'murgw_build_info{{python="{platform.python_version()}",version="{version()}"}}'] == 1
+
+
+def test_the_exporter_answers_metrics_only_on_its_path(tmp_path):
+    """/metrics is 200; any other path, /healthz included, is 404, so a health check pointed
+    at the metrics port fails rather than lies."""
+    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        base = f"http://127.0.0.1:{gw.metrics_port}"
+        answer = urllib.request.urlopen(base + "/metrics", timeout=5)
+        assert answer.status == 200 and b"\nmurgw_build_info{" in answer.read()
+        for path in ("/", "/healthz", "/readyz", "/metrics/", "/metricsx"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(base + path, timeout=5)
+            assert refused.value.code == 404, path
+            assert b"/healthz on --bind" in refused.value.read()
 
 
 def test_metrics_follow_real_traffic(tmp_path):
