@@ -353,3 +353,13 @@ def test_check_says_every_problem_one_line_each(tmp_path, listener):
         "--sim-load-size: takes effect only with --sim-load (a rate above 0), which is not set",
         "config [inference] max_turns: 2.5 is not a whole number; it accepts 0 or more",
     ]
+
+
+@pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.name)
+def test_every_option_refuses_a_value_of_the_wrong_toml_type(tmp_path, opt):
+    """A number's option refuses text ("1"); any other option refuses a TOML integer (1)."""
+    wrong = '"1"' if hasattr(opt.parse, "toml_kind") else "1"
+    path = tmp_path / "gw.toml"
+    path.write_text(f"{opt.name} = {wrong}\n")
+    problems = config.resolve(["--config", str(path)], environ={}).problems
+    assert any(line.startswith(f"config {opt.name}: ") for line in problems), problems
