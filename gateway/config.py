@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from gateway import config_found, tls, version
-from gateway.config_values import (MAX_JSON_DEPTH, Parser, file_value, one_of, parse_hostport, parse_log_level,
-                                   parse_metrics_bind, parse_networks, parse_nonnegative_float,
-                                   parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
-                                   parse_positive_int, parse_positive_seconds, parse_secret, parse_text,
-                                   parse_url, shown, whole_number)
+from gateway.config_values import (MAX_JSON_DEPTH, Parser, file_value, one_of, parse_hostport,
+                                   parse_log_level, parse_metrics_bind, parse_networks,
+                                   parse_nonnegative_float, parse_nonnegative_int,
+                                   parse_nonnegative_seconds, parse_on_off, parse_positive_int,
+                                   parse_positive_seconds, parse_secret, parse_text, parse_url, shown,
+                                   whole_number)
 from gateway.board import MAX_WORKERS
 from gateway.protocol.activation import METHODS
 

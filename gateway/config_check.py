@@ -26,8 +26,8 @@ def problems(resolution: Resolution, now: float) -> list[str]:
     if tls.enabled(config.certfile, config.keyfile):
         expires = tls.not_after(config.certfile)
         if expires is not None and expires <= now:
-            return [f"--certfile {config.certfile}: the certificate {tls.expiry_words(config.certfile, now)}; "
-                    "clients refuse it"]
+            return [f"--certfile {config.certfile}: the certificate "
+                    f"{tls.expiry_words(config.certfile, now)}; clients refuse it"]
     return []
 
 
