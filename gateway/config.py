@@ -326,11 +326,15 @@ def unknown_settings(data: dict) -> list[str]:
     """The file's top-level tables and keys the gateway does not know, one line each (a
     misspelt one would otherwise be ignored without a word)."""
     options = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
-    return [f"config {_spelled(key, value)}: unknown table; the file's tables are "
-            + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
-            f"config {key}: unknown setting; the file takes the options by their long name "
-            "(mur-gateway --help)"
-            for key, value in data.items() if key not in TABLES and key not in options]
+    lines = []
+    for key, value in data.items():
+        if key in TABLES or key in options:
+            continue
+        lines.append(f"config {_spelled(key, value)}: unknown table; the file's tables are "
+                     + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
+                     f"config {key}: unknown setting; the file takes the options by their long "
+                     "name (mur-gateway --help)")
+    return lines
 
 
 def _is_table(value: Any) -> bool:
@@ -521,8 +525,9 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
     for opt in OPTIONS:
         try:
             raw, origins[opt.attr] = _raw(opt, result.args, environ, data)
-            values[opt.attr] = (default_value(opt) if raw is None else file_value(opt.parse, raw)
-                                if origins[opt.attr][0] == "file" else opt.parse(raw))
+            values[opt.attr] = (default_value(opt) if raw is None
+                                else file_value(opt.parse, raw) if origins[opt.attr][0] == "file"
+                                else opt.parse(raw))
         except ValueError as exc:
             words = str(exc) if isinstance(exc, ConfigError) else f"{origins[opt.attr][1]}: {exc}"
             result.problems.append(words)
