@@ -21,9 +21,9 @@ from __future__ import annotations
 import resource
 
 FD_RESERVE = 128
-# Measured with loadtest/idle20k.py (20,000 watchers): an idle watcher costs 14.6 KiB of
-# worker PSS plus ~5 KiB of kernel socket structures; planned with headroom for a watcher
-# that falls behind (up to ~16 KiB unsent before it lags) and for traffic.
+# An idle watcher costs about 10 KiB all in (docs/benchmarks.md, "The figures other pages
+# quote"); planned with headroom for a watcher that falls behind (up to ~16 KiB unsent before
+# it lags), for replays and for traffic.
 PLAN_BYTES_PER_WATCHER = 64 << 10
 MEMORY_SHARE = 0.5
 MEMINFO = "/proc/meminfo"

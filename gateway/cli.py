@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from gateway import config as config_module
+from gateway import config as config_module, config_check
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,12 +17,9 @@ def main(argv: list[str] | None = None) -> int:
         return token_command.main(words[1:])
     resolution = config_module.resolve(argv)
     if resolution.args is not None and (resolution.args.check or resolution.args.print_config):
-        from gateway import config_check
-
         return config_check.run(resolution)
-    if resolution.config is None:  # one line, whatever the message quoted
-        print("mur-gateway: " + " ".join(resolution.problems[0].splitlines()), file=sys.stderr)
-        return 2
+    if resolution.config is None:  # every problem, one line each, as --check prints them
+        return config_check.refuse(resolution.problems)
     config = resolution.config
     from gateway import supervisor
 

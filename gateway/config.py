@@ -11,8 +11,9 @@ that does not parse is a ``ConfigError`` whose message names the option and wher
 came from, and says what it accepts; the CLI prints it on one line and exits 2. The file is
 strict: a table or key not known here is refused the same way, since a misspelt one would
 otherwise be ignored (and in ``[network.authentication]`` a typo would open the door); so is
-a ``MUR_GATEWAY_*`` variable no option reads, and an option that would take no effect.
-`resolve` collects every problem (--check prints them all); `load` raises the first.
+a value of the wrong TOML type (a number in quotes), a ``MUR_GATEWAY_*`` variable no option
+reads, and an option that would take no effect. `resolve` collects every problem (--check and
+a failed start print them all, one line each); `load` raises the first.
 """
 
 from __future__ import annotations
@@ -25,17 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from gateway import config_found, tls, version
-from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport, parse_log_level,
-                                   parse_metrics_bind, parse_networks, parse_nonnegative_float,
-                                   parse_nonnegative_int, parse_nonnegative_seconds, parse_on_off,
-                                   parse_positive_int, parse_positive_seconds, parse_secret, parse_text,
-                                   parse_url, shown, whole_number)
+from gateway.config_values import (MAX_JSON_DEPTH, Parser, file_value, one_of, parse_hostport,
+                                   parse_log_level, parse_metrics_bind, parse_networks,
+                                   parse_nonnegative_float, parse_nonnegative_int,
+                                   parse_nonnegative_seconds, parse_on_off, parse_positive_int,
+                                   parse_positive_seconds, parse_secret, parse_text, parse_url, shown,
+                                   whole_number)
 from gateway.board import MAX_WORKERS
 from gateway.protocol.activation import METHODS
 
 
 class ConfigError(ValueError):
-    """A setting that cannot be used; the message names it."""
+    """A setting that cannot be used; the message names it. Raised with several lines when a
+    part of the file has several problems: `lines` holds them all, the message the first."""
+
+    def __init__(self, *lines: str):
+        super().__init__(lines[0])
+        self.lines = lines
 
 
 ENV_PREFIX = "MUR_GATEWAY_"
@@ -298,8 +305,8 @@ TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides
 
 
 def read_file(path: str) -> dict:
-    """The TOML file at `path`, every table and key checked against what the gateway knows
-    (a misspelt one would otherwise be ignored without a word)."""
+    """The TOML file at `path` (its keys are checked by `unknown_settings` and the tables'
+    readers)."""
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -312,16 +319,22 @@ def read_file(path: str) -> dict:
         raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses into nested arrays and inline tables
         raise ConfigError(f"--config {path}: not valid TOML: nested too deeply") from None
+    return data
+
+
+def unknown_settings(data: dict) -> list[str]:
+    """The file's top-level tables and keys the gateway does not know, one line each (a
+    misspelt one would otherwise be ignored without a word)."""
     options = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
+    lines = []
     for key, value in data.items():
         if key in TABLES or key in options:
             continue
-        if _is_table(value):
-            raise ConfigError(f"config {_spelled(key, value)}: unknown table; the file's tables are "
-                              + ", ".join(f"[{t}]" for t in TABLES))
-        raise ConfigError(f"config {key}: unknown setting; the file takes the options by their "
-                          "long name (mur-gateway --help)")
-    return data
+        lines.append(f"config {_spelled(key, value)}: unknown table; the file's tables are "
+                     + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
+                     f"config {key}: unknown setting; the file takes the options by their long "
+                     "name (mur-gateway --help)")
+    return lines
 
 
 def _is_table(value: Any) -> bool:
@@ -334,31 +347,47 @@ def _spelled(path: str, value: Any) -> str:
     return f"[{path}]" if isinstance(value, dict) else f"[[{path}]]"
 
 
-def _table(data: dict, path: str, known: tuple[str, ...]) -> dict:
-    """The table at dotted `path` (its last part a key of `data`), whose keys are all `known`."""
+def _table_at(data: dict, path: str) -> dict:
+    """The table at dotted `path` (its last part a key of `data`)."""
     raw = data[path.rpartition(".")[2]]
     if not isinstance(raw, dict):
         raise ConfigError(f"config [{path}]: must be a table")
-    for name, value in raw.items():
-        if name in known:
-            continue
-        what = (f"{_spelled(path + '.' + name, value)}: unknown table" if _is_table(value)
-                else f"[{path}] {name}: unknown setting")
-        raise ConfigError(f"config {what}; [{path}] takes {', '.join(known)}")
+    return raw
+
+
+def _unknown_keys(raw: dict, path: str, known: tuple[str, ...]) -> list[str]:
+    """The keys of the table at `path` that are not `known`, one line each."""
+    return [f"config {what}; [{path}] takes {', '.join(known)}" for what in (
+        f"{_spelled(path + '.' + name, value)}: unknown table" if _is_table(value)
+        else f"[{path}] {name}: unknown setting"
+        for name, value in raw.items() if name not in known)]
+
+
+def _table(data: dict, path: str, known: tuple[str, ...]) -> dict:
+    """The table at dotted `path` (its last part a key of `data`), whose keys are all `known`."""
+    raw = _table_at(data, path)
+    unknown = _unknown_keys(raw, path, known)
+    if unknown:
+        raise ConfigError(*unknown)
     return raw
 
 
 def _section(data: dict, key: str, cls: type) -> Any:
-    """[lifecycle] or [inference]: each key's value through the parser its field names."""
+    """[lifecycle] or [inference]: each key's value through the parser its field names; every
+    unknown key and bad value is a line of the one ConfigError."""
     if key not in data:
         return cls()
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for name, value in _table(data, key, tuple(fields)).items():
+    raw = _table_at(data, key)
+    problems, values = _unknown_keys(raw, key, tuple(fields)), {}
+    for name, value in raw.items():
         try:
-            values[name] = fields[name].metadata["parse"](value)
+            if name in fields:
+                values[name] = file_value(fields[name].metadata["parse"], value)
         except ValueError as exc:
-            raise ConfigError(f"config [{key}] {name}: {exc}") from None
+            problems.append(f"config [{key}] {name}: {exc}")
+    if problems:
+        raise ConfigError(*problems)
     return cls(**values)
 
 
@@ -387,7 +416,7 @@ def _token(entry: Any, where: str, default_name: str) -> TokenRule:
             raise ConfigError(f"{where} scopes: {scope!r} is not a method this gateway serves; "
                               f"it accepts \"*\" or {', '.join(METHODS)}")
     try:
-        max_streams = parse_nonnegative_int(entry.get("max_streams", 0))
+        max_streams = file_value(parse_nonnegative_int, entry.get("max_streams", 0))
     except ValueError as exc:
         raise ConfigError(f"{where} max_streams: {exc}") from None
     return TokenRule(name, digest.lower(), tuple(scopes), max_streams)
@@ -491,12 +520,14 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
     except ConfigError as exc:
         result.problems.append(str(exc))
         return result
-    result.problems += _unknown_environment(environ)
+    result.problems += unknown_settings(data) + _unknown_environment(environ)
     values, origins = result.values, result.origins
     for opt in OPTIONS:
         try:
             raw, origins[opt.attr] = _raw(opt, result.args, environ, data)
-            values[opt.attr] = default_value(opt) if raw is None else opt.parse(raw)
+            values[opt.attr] = (default_value(opt) if raw is None
+                                else file_value(opt.parse, raw) if origins[opt.attr][0] == "file"
+                                else opt.parse(raw))
         except ValueError as exc:
             words = str(exc) if isinstance(exc, ConfigError) else f"{origins[opt.attr][1]}: {exc}"
             result.problems.append(words)
@@ -512,7 +543,7 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
         try:
             tables[name] = token_rules(data) if name == "tokens" else _section(data, name, SECTIONS[name])
         except ConfigError as exc:
-            result.problems.append(str(exc))
+            result.problems += exc.lines
         origins[name] = ("file", f"config [{name}]") if name in data or (
             name == "tokens" and "network" in data) else ("default", "default")
     if not result.problems:

@@ -4,7 +4,8 @@
 pair, the upstream's URL and CA file, the token table: `config.resolve`) and binds no port
 and starts no process, so an operator can run it from `ExecReload` or an init container
 before the real reload. It adds one thing a start does not refuse: a certificate past its
-notAfter, which every client would refuse. Each problem is one line, as the start prints it.
+notAfter, which every client would refuse. Each problem is one line, as the start prints it
+(`refuse`: every problem found, not only the first).
 """
 
 from __future__ import annotations
@@ -14,43 +15,35 @@ import time
 
 from gateway import tls
 from gateway.config import Resolution
-
-DAY = 86400
-
-
-def expiry_words(certfile: str, now: float) -> str:
-    """When the certificate expires and the days left, in words."""
-    expires = tls.not_after(certfile)
-    if expires is None:
-        return "its expiry cannot be read"
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
-    left = (expires - now) / DAY
-    return f"expires {when} ({left:.0f} days left)" if left > 0 else f"expired {when}"
+from gateway.config_print import print_config
 
 
 def problems(resolution: Resolution, now: float) -> list[str]:
-    """Every problem a start would meet first, then an expired certificate."""
+    """Every problem a start would meet, then an expired certificate."""
     config = resolution.config
     if config is None:
         return resolution.problems
     if tls.enabled(config.certfile, config.keyfile):
         expires = tls.not_after(config.certfile)
         if expires is not None and expires <= now:
-            return [f"--certfile {config.certfile}: the certificate {expiry_words(config.certfile, now)}; "
-                    "clients refuse it"]
+            return [f"--certfile {config.certfile}: the certificate "
+                    f"{tls.expiry_words(config.certfile, now)}; clients refuse it"]
     return []
+
+
+def refuse(found: list[str]) -> int:
+    """Each problem on stderr, one line each whatever its message quoted; the exit status 2."""
+    for line in found:
+        print("mur-gateway: " + " ".join(line.splitlines()), file=sys.stderr)
+    return 2
 
 
 def run(resolution: Resolution) -> int:
     """--check or --print-config: print, and answer the exit status (0, or 2 with problems)."""
     found = problems(resolution, time.time())
-    for line in found:
-        print("mur-gateway: " + " ".join(line.splitlines()), file=sys.stderr)
     if found:
-        return 2
+        return refuse(found)
     if resolution.args.print_config:
-        from gateway.config_print import print_config
-
         sys.stdout.write(print_config(resolution))
     else:
         print("configuration ok")

@@ -21,7 +21,6 @@ from typing import Any
 
 from gateway import config_found, tls, version
 from gateway.config import OPTIONS, SECTIONS, TOKEN_KEYS, Option, Resolution, default_words
-from gateway.config_check import expiry_words
 
 
 def toml_value(value: Any) -> str:
@@ -68,7 +67,7 @@ def print_config(resolution: Resolution) -> str:
              f"worker (bound by {at_start.capacity_bound}; {at_start.descriptors} descriptors), capacity "
              f"{at_start.capacity(config.workers)}, listen backlog {at_start.listen_backlog}"]
     if tls.enabled(config.certfile, config.keyfile):
-        lines.append(f"# certificate: {expiry_words(config.certfile, time.time())}")
+        lines.append(f"# certificate: {tls.expiry_words(config.certfile, time.time())}")
     lines.append("")
     lines += [_option_line(opt, getattr(config, opt.attr), origins[opt.attr], found) for opt in OPTIONS]
     for name in SECTIONS:
@@ -112,10 +111,12 @@ wins over the file, which wins over the default. A top-level key of the file may
 kebab-case (`max-body-bytes`) or snake_case (`max_body_bytes`); writing both for one setting
 stops the start. The tables' keys (`[lifecycle]`, `[inference]`, a token) are snake_case.
 
-Every mistake stops the start with one line naming the setting and what it accepts, exit 2:
-a value that does not parse, a key, table or `MUR_GATEWAY_*` variable the gateway does not
-know, and an option that would take no effect (one that takes effect only with another,
-which is not set, or only without one, which is).
+Every mistake stops the start with one line naming the setting and what it accepts, one line
+per mistake found, exit 2: a value that does not parse, a value of the wrong TOML type (a
+number in quotes, `heartbeat-interval = "15"`, is text; the command line and the environment
+give text), a key, table or `MUR_GATEWAY_*` variable the gateway does not know, and an option
+that would take no effect (one that takes effect only with another, which is not set, or only
+without one, which is).
 
 - `mur-gateway --check [--config FILE] [options]` validates all of this, the TLS files (the
   pair loads, the key matches, the certificate has not expired), the upstream's CA file and the

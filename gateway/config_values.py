@@ -51,7 +51,7 @@ def whole_number(low: int = 0, high: int | None = None, why: str = "") -> Parser
         if high is not None and number > high:
             raise ValueError(f"{shown(value)} is out of range; it accepts {accepts}{why}")
         return number
-    return parse
+    return _numeric(parse, f"a whole number, {accepts}")
 
 
 def number(unit: str = "", low: float = 0.0, low_included: bool = True,
@@ -73,7 +73,24 @@ def number(unit: str = "", low: float = 0.0, low_included: bool = True,
         if result < low or (result == low and not low_included) or (high is not None and result > high):
             raise ValueError(f"{shown(value)} is out of range; it accepts {accepts}")
         return result
+    return _numeric(parse, f"{kind}, {accepts}")
+
+
+def _numeric(parse: Parser, kind: str) -> Parser:
+    """Mark `parse` as a number's (`file_value`), `kind` saying which in words: text is what
+    the command line and the environment give, never what a file writes for a number."""
+    parse.toml_kind = kind  # type: ignore[attr-defined]
     return parse
+
+
+def file_value(parse: Parser, value: Any) -> Any:
+    """A TOML file's `value` through `parse`, refused first when it is text where the setting
+    is a number: `heartbeat-interval = "15"` is a quoted string, a TOML type mistake that would
+    hide a typo such as "1O"; any other wrong type is the parser's own refusal."""
+    if isinstance(value, str) and hasattr(parse, "toml_kind"):
+        raise ValueError(f"{shown(value)} is text; the file takes {parse.toml_kind}, "
+                         "written without quotes")
+    return parse(value)
 
 
 parse_positive_int = whole_number(1)
@@ -179,11 +196,15 @@ MAX_JSON_DEPTH = 200
 
 
 def parse_networks(text: Any) -> tuple[str, ...]:
-    """A comma-separated list of CIDR ranges (a bare address is its own /32 or /128), as the
-    canonical strings of `ipaddress` networks; empty is none."""
-    items = text if isinstance(text, list) else str(text).split(",")
+    """A comma-separated list of CIDR ranges (a bare address is its own /32 or /128), or a TOML
+    array of them, as the canonical strings of `ipaddress` networks; empty is none."""
+    items = text if isinstance(text, list) else text.split(",") if isinstance(text, str) else [text]
     networks = []
-    for item in (str(i).strip() for i in items):
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{shown(item)} is not text; it accepts address ranges in quotes "
+                             "(CIDR such as \"10.0.0.0/8\")")
+        item = item.strip()
         if not item:
             continue
         try:

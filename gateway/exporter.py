@@ -1,4 +1,6 @@
 """The exporter process: `/metrics` for Prometheus, summing every process's counter block.
+Any other path is 404: health checks belong on the door's `/healthz` and `/readyz` (--bind),
+which answer for the workers; a 200 here would only say the exporter runs.
 
 Scrapes run here, never in a worker, so a scrape never steals a worker's CPU. The listening
 socket is the supervisor's, bound before any child starts (so a port that cannot be bound
@@ -9,16 +11,18 @@ serves on the same address, and scrapes that arrive meanwhile wait in its accept
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import socket
 import threading
+import urllib.parse
 from http.server import ThreadingHTTPServer
 from typing import Iterable
 
 from prometheus_client import CollectorRegistry, MetricsHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from gateway import metrics, procstat
+from gateway import metrics, procstat, version
 from gateway.board import Board
 from shm import CounterBlocks, Ring
 from shm.segment import Handle
@@ -27,8 +31,10 @@ from shm.segment import Handle
 class GatewayCollector:
     def __init__(self, blocks: CounterBlocks, ring: Ring):
         self.blocks, self.ring, self.board = blocks, ring, Board(ring.control)
+        self.build = [version(), platform.python_version()]  # murgw_build_info's labels
 
     def collect(self):
+        yield self._build_info()
         yield from self._processes()
         yield from families(metrics.totals(self.blocks), [
             ("ring_head_id", "Id of the newest event in the ring.", self.ring.head),
@@ -44,6 +50,13 @@ class GatewayCollector:
         return [("tls_certificate_expiry_timestamp_seconds",
                  "When the served TLS certificate (--certfile) expires, in Unix seconds.", expiry)] if expiry else []
 
+    def _build_info(self) -> GaugeMetricFamily:
+        """Which gateway and Python serve (1, labelled), as Prometheus's own build_info does."""
+        info = GaugeMetricFamily(metrics.PREFIX + "build_info",
+                                 "The gateway's version and the Python it runs on; always 1.",
+                                 labels=["version", "python"])
+        info.add_metric(self.build, 1)
+        return info
 
     def _processes(self):
         cpu = CounterMetricFamily(metrics.PREFIX + "process_cpu_seconds",
@@ -89,13 +102,27 @@ def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
         yield family
 
 
+class MetricsOnly(MetricsHandler):
+    """prometheus-client's handler on `/metrics`; 404 on any other path."""
+
+    def do_GET(self) -> None:
+        if urllib.parse.urlsplit(self.path).path == "/metrics":
+            return super().do_GET()
+        body = b"not found: the metrics are at /metrics; health checks: /healthz on --bind\n"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 class MetricsServer(ThreadingHTTPServer):
     """prometheus-client's handler over a socket that is bound and listening already."""
 
     daemon_threads = True
 
     def __init__(self, listener: socket.socket, registry: CollectorRegistry):
-        super().__init__(listener.getsockname()[:2], MetricsHandler.factory(registry),
+        super().__init__(listener.getsockname()[:2], MetricsOnly.factory(registry),
                          bind_and_activate=False)
         self.socket.close()  # the one socketserver made; the supervisor's serves instead
         self.socket = listener

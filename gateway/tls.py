@@ -28,6 +28,7 @@ certificate with the old key.
 from __future__ import annotations
 
 import ssl
+import time
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -128,3 +129,13 @@ def not_after(certfile: str) -> int | None:
         return int(ssl.cert_time_to_seconds(decoded["notAfter"]))
     except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
         return None
+
+
+def expiry_words(certfile: str, now: float) -> str:
+    """When the certificate expires and the days left, in words (--check, --print-config)."""
+    expires = not_after(certfile)
+    if expires is None:
+        return "its expiry cannot be read"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+    left = (expires - now) / 86400
+    return f"expires {when} ({left:.0f} days left)" if left > 0 else f"expired {when}"

@@ -150,12 +150,17 @@ def _read_addresses(proc: subprocess.Popen, metrics: bool) -> tuple[int, int | N
     return port, metrics_port
 
 
+def refused_start(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m gateway ARGV`, meant to stop at start on its configuration (what it answered)."""
+    return subprocess.run([sys.executable, "-m", "gateway", *argv, "--metrics-bind", "off"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **(env or {})})
+
+
 def start_refusal(*argv: str, env: dict | None = None) -> str:
     """`python -m gateway ARGV`, which must stop at start: exit 2 and one line on stderr, the
     line returned without its `mur-gateway: ` prefix."""
-    result = subprocess.run([sys.executable, "-m", "gateway", *argv, "--metrics-bind", "off"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30,
-                            env={**os.environ, **(env or {})})
+    result = refused_start(*argv, env=env)
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()

@@ -4,13 +4,14 @@ each with a `runbook_url` naming its section of docs/runbook.md."""
 
 from __future__ import annotations
 
-import pytest
+import json
 import os
 import re
 import subprocess
 import time
 import urllib.request
 
+import pytest
 import yaml
 
 from gateway_harness import ROOT, require_tool, running_gateway
@@ -77,3 +78,13 @@ def test_rules_use_only_served_series(tmp_path):
     for rule in rules():
         for name in re.findall(r"murgw_[a-z_]+", rule["expr"]):
             assert name in served, f"{rule['alert']}: {name} is not served"
+
+
+def test_every_panel_the_runbook_names_is_a_panel_of_the_dashboard():
+    with open(os.path.join(GRAFANA, "dashboards", "murmur-gateway.json")) as fh:
+        titles = {panel["title"] for panel in json.load(fh)["panels"]}
+    with open(RUNBOOK) as fh:
+        looks = [p for p in fh.read().split("\n\n") if p.startswith("**Look first.** Panel")]
+    named = [" ".join(name.split()) for p in looks for name in re.findall(r"(?<!\*)\*([^*]+)\*(?!\*)", p)
+             if not name.startswith("MurmurGateway")]
+    assert named and set(named) <= titles, set(named) - titles

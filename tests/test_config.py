@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gateway import config
-from gateway_harness import ROOT, judged, start_refusal as refusal
+from gateway_harness import ROOT, judged, refused_start, start_refusal as refusal
 
 
 def test_defaults_are_the_interfaces():
@@ -157,6 +157,20 @@ STRICT_FILES = [  # (a file, the one line that refuses it)
     ("workers = true\n", "config workers: true is not a whole number; it accepts 1 to {MAX_WORKERS}"),
     ("upstream-token = 12345\n", "config upstream-token: the value is not text; write it in "
                                  "quotes (not shown: it is a credential)"),
+    # A number in quotes is text, a TOML type the file never takes for a number.
+    ('heartbeat-interval = "15"\n', "config heartbeat-interval: '15' is text; the file takes a number "
+                                    "of seconds, more than 0, written without quotes"),
+    ('max_body_bytes = "4096"\n', "config max_body_bytes: '4096' is text; the file takes a whole "
+                                  "number, 1 or more, written without quotes"),
+    ('[lifecycle]\nmax_queued_tasks = "8"\n', "config [lifecycle] max_queued_tasks: '8' is text; the "
+                                              "file takes a whole number, 0 or more, written without quotes"),
+    (f'[[network.authentication.tokens]]\n{TOKEN}max_streams = "3"\n',
+     "config [[network.authentication.tokens]] #1 max_streams: '3' is text; the file takes a whole "
+     "number, 0 or more, written without quotes"),
+    ("trusted-proxies = [10]\n", "config trusted-proxies: 10 is not text; it accepts address ranges "
+                                 'in quotes (CIDR such as "10.0.0.0/8")'),
+    ("trusted-proxies = 10\n", "config trusted-proxies: 10 is not text; it accepts address ranges "
+                               'in quotes (CIDR such as "10.0.0.0/8")'),
 ]
 
 
@@ -168,6 +182,50 @@ def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, t
     path = tmp_path / "gw.toml"
     path.write_text(toml)
     assert refusal("--config", str(path)) == line.format(MAX_WORKERS=MAX_WORKERS)
+
+
+THREE_PROBLEMS = 'workers = "two"\nmax-body-bytes = -5\nfrobnicate = 1\n'
+THREE_LINES = [
+    "mur-gateway: config frobnicate: unknown setting; the file takes the options by their long name "
+    "(mur-gateway --help)",
+    "mur-gateway: config workers: 'two' is text; the file takes a whole number, 1 to {MAX_WORKERS}, "
+    "written without quotes",
+    "mur-gateway: config max-body-bytes: -5 is out of range; it accepts 1 or more",
+]
+
+
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "start"])
+def test_every_problem_of_a_file_is_a_line_of_its_own(tmp_path, check):
+    """--check and a start that fails name every problem they find, one line each, exit 2."""
+    from gateway.board import MAX_WORKERS
+
+    path = tmp_path / "gw.toml"
+    path.write_text(THREE_PROBLEMS)
+    run = judged if check else refused_start
+    result = run(*check, "--config", str(path))
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.splitlines() == [line.format(MAX_WORKERS=MAX_WORKERS) for line in THREE_LINES]
+
+
+def test_every_problem_of_a_table_is_a_line_of_its_own(tmp_path):
+    path = tmp_path / "gw.toml"
+    path.write_text('[lifecycle]\nmax_turns = 3\nmax_queued_tasks = "8"\nconversation = "threads"\n'
+                    '[inference]\nmax_turns = -1\n')
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.splitlines() == [
+        "mur-gateway: config [lifecycle] max_turns: unknown setting; [lifecycle] takes task_acceptance, "
+        "max_queued_tasks, max_running_tasks, conversation, max_task_reopens",
+        "mur-gateway: config [lifecycle] max_queued_tasks: '8' is text; the file takes a whole number, "
+        "0 or more, written without quotes",
+        "mur-gateway: config [lifecycle] conversation: 'threads' is not stateless or threaded",
+        "mur-gateway: config [inference] max_turns: -1 is out of range; it accepts 0 or more",
+    ]
+
+
+def test_text_is_still_what_the_command_line_and_the_environment_give(tmp_path):
+    cfg = config.load(["--heartbeat-interval", "3"], environ={"MUR_GATEWAY_WORKERS": "2"})
+    assert (cfg.heartbeat_interval, cfg.workers) == (3.0, 2)
 
 
 UNREADABLE_FILES = [  # (a file's bytes, how its one line begins after the path)
@@ -290,7 +348,18 @@ def test_check_says_every_problem_one_line_each(tmp_path, listener):
     path.write_text('heartbeat-interval = "zero"\n[inference]\nmax_turns = 2.5\n')
     assert checked(path, listener, "--workers", "0", "--sim-load-size", "8") == [
         f"--workers: '0' is out of range; it accepts 1 to {MAX_WORKERS}",
-        "config heartbeat-interval: 'zero' is not a number of seconds; it accepts more than 0",
+        "config heartbeat-interval: 'zero' is text; the file takes a number of seconds, more than 0, "
+        "written without quotes",
         "--sim-load-size: takes effect only with --sim-load (a rate above 0), which is not set",
         "config [inference] max_turns: 2.5 is not a whole number; it accepts 0 or more",
     ]
+
+
+@pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.name)
+def test_every_option_refuses_a_value_of_the_wrong_toml_type(tmp_path, opt):
+    """A number's option refuses text ("1"); any other option refuses a TOML integer (1)."""
+    wrong = '"1"' if hasattr(opt.parse, "toml_kind") else "1"
+    path = tmp_path / "gw.toml"
+    path.write_text(f"{opt.name} = {wrong}\n")
+    problems = config.resolve(["--config", str(path)], environ={}).problems
+    assert any(line.startswith(f"config {opt.name}: ") for line in problems), problems

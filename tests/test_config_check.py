@@ -112,3 +112,11 @@ def test_the_docs_example_loads(tmp_path):
     path.write_text(EXAMPLE)
     cfg = config.load(["--config", str(path)], environ={})
     assert [rule.name for rule in cfg.tokens] == ["dashboard"] and cfg.client_request_rate == 5
+
+
+def test_print_config_stands_without_check():
+    """The two modules import one way only: --check prints through config_print, never back."""
+    result = subprocess.run([sys.executable, "-c", "import sys, gateway.config_print; "
+                             "print('gateway.config_check' in sys.modules)"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr

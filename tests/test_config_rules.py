@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import config, config_reload
-from gateway_harness import start_refusal as refusal
+from gateway_harness import refused_start, start_refusal as refusal
 
 UPSTREAM = "http://127.0.0.1:9"
 
@@ -41,8 +41,9 @@ def test_upstream_cacert_without_upstream_stops_the_start(certs):
 def test_a_rule_names_where_the_value_came_from(tmp_path):
     path = tmp_path / "gw.toml"
     path.write_text('upstream-token = "secret-value"\nsim_load_size = 64\n')
-    assert refusal("--config", str(path)) == (
-        "config upstream-token: takes effect only with --upstream, which is not set")
+    assert refused_start("--config", str(path)).stderr.splitlines() == [
+        "mur-gateway: config upstream-token: takes effect only with --upstream, which is not set",
+        "mur-gateway: config sim_load_size: takes effect only with --sim-load (a rate above 0), which is not set"]
     assert refusal("--config", str(path), env={"MUR_GATEWAY_UPSTREAM": UPSTREAM}) == (
         "config sim_load_size: takes effect only with --sim-load (a rate above 0), which is not set")
 

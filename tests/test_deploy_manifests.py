@@ -25,6 +25,7 @@ import yaml
 
 from gateway import config as config_module
 from gateway import supervisor
+from doc_figures import figure_bytes
 from gateway_harness import (ROOT, dockerfile_user, running_gateway, session_memory, shm_bytes_per_gateway,
                              wait_for)
 from http_client import Http, rpc
@@ -32,11 +33,12 @@ from http_client import Http, rpc
 KUBE = os.path.join(ROOT, "deploy", "kubernetes")
 UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "k": 10**3, "M": 10**6, "G": 10**9}
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
-# loadtest/RESULTS.md: private memory of a whole 2-worker gateway tree (30 min soak, flat
-# at 111.6 MB), and what one idle watcher costs in a worker; the request is sized for
-# WATCHERS idle watchers (deployment.yaml's header).
-SOAK_WORKERS, PROCESS_TREE_BYTES = 2, 112 * 10**6
-IDLE_WATCHER_BYTES, WATCHERS = int(14.3 * 1024), 4000
+# docs/benchmarks.md's figures: private memory of a whole 2-worker gateway tree (30 min soak),
+# and what one idle watcher costs all in (kernel socket memory is charged to the container
+# too); the request is sized for WATCHERS idle watchers (deployment.yaml's header).
+SOAK_WORKERS = 2
+PROCESS_TREE_BYTES = figure_bytes("private memory of a 2-worker gateway's processes")
+IDLE_WATCHER_BYTES, WATCHERS = figure_bytes("memory to plan per idle watcher, all in"), 8000
 
 
 def documents() -> dict[str, dict]:

@@ -3,17 +3,22 @@ built and run in tests/test_container.py)."""
 
 from __future__ import annotations
 
-import pytest
+import contextlib
 import json
 import os
+import platform
 import re
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
 import orjson
+import pytest
+
+from gateway import version
 
 from gateway_harness import ROOT, require_tool, running_gateway, scrape, series, wait_for
 from http_client import rpc, user_message
@@ -67,6 +72,21 @@ def test_every_series_exists_at_zero_from_start(tmp_path):
         assert samples[f'murgw_events_lost_to_lag_total{{endpoint="{endpoint}"}}'] == 0
     assert samples["murgw_upstream_connected"] == 1
     assert samples['murgw_process_resident_memory_bytes{process="worker-1"}'] > 0
+    assert samples[f'murgw_build_info{{python="{platform.python_version()}",version="{version()}"}}'] == 1
+
+
+def test_the_exporter_answers_metrics_only_on_its_path(tmp_path):
+    """/metrics is 200; any other path, /healthz included, is 404, so a health check pointed
+    at the metrics port fails rather than lies."""
+    with running_gateway(metrics=True, tmp_path=tmp_path) as gw:
+        base = f"http://127.0.0.1:{gw.metrics_port}"
+        answer = urllib.request.urlopen(base + "/metrics", timeout=5)
+        assert answer.status == 200 and b"\nmurgw_build_info{" in answer.read()
+        for path in ("/", "/healthz", "/readyz", "/metrics/", "/metricsx"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(base + path, timeout=5)
+            assert refused.value.code == 404, path
+            assert b"/healthz on --bind" in refused.value.read()
 
 
 def test_metrics_follow_real_traffic(tmp_path):
@@ -126,49 +146,123 @@ def query(port: int, expr: str) -> dict:
 TLS_ONLY = "murgw_tls_certificate_expiry_timestamp_seconds"
 
 
-def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
+FILTER = '{job=~"$job",instance=~"$instance"'  # every selector of the dashboard begins so
+COUNTER = re.compile(r"murgw_\w+(?:_total|_bucket)\b")
+
+
+def test_every_query_is_filtered_on_the_job_and_instance_variables():
+    """A fleet's dashboard: `job` and `instance` are multi-value variables with All, read from
+    murgw_build_info, and every selector of every query carries both."""
+    with open(DASHBOARD) as fh:
+        variables = {v["name"]: v for v in json.load(fh)["templating"]["list"]}
+    assert list(variables) == ["job", "instance"]
+    for var in variables.values():
+        assert var["type"] == "query" and var["multi"] and var["includeAll"], var["name"]
+        assert var["query"]["query"].startswith("label_values(murgw_build_info"), var["name"]
+    assert variables["instance"]["query"]["query"] == 'label_values(murgw_build_info{job=~"$job"}, instance)'
+    for title, expr in expressions():
+        selectors = re.findall(r"murgw_\w+(.{0,%d})" % len(FILTER), expr)
+        assert selectors and all(rest == FILTER for rest in selectors), (title, expr)
+
+
+def test_counters_are_rates_or_increases_and_no_bucket_bound_is_called_a_maximum():
+    for panel in panels():
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for name in COUNTER.findall(expr):
+                wrapped = re.findall(rf"\b(?:rate|increase)\({name}\{{[^}}]*\}}\[", expr)
+                assert len(wrapped) == expr.count(name + "{"), (panel["title"], expr)
+            if re.search(r"histogram_quantile\(\s*1\s*,", expr):
+                words = (panel["title"] + " " + target["legendFormat"]).lower()
+                assert "max" not in words and "bucket" in words, (panel["title"], target["legendFormat"])
+
+
+def grafana_regex(values: list[str]) -> str:
+    """A multi-value variable as Grafana writes it into a regex matcher: (a|b), escaped."""
+    return "(" + "|".join(re.escape(v).replace("\\", "\\\\") for v in values) + ")"
+
+
+def substituted(expr: str, job: str, instances: list[str]) -> str:
+    return expr.replace("$job", grafana_regex([job])).replace("$instance", grafana_regex(instances))
+
+
+def answer(port: int, expr: str) -> list[dict]:
+    result = query(port, expr)
+    assert result["status"] == "success", (expr, result)
+    return result["data"]["result"]
+
+
+def instances_in(result: list[dict]) -> set[str]:
+    return {series["metric"].get("instance") for series in result}
+
+
+def watched_gateway(stack: contextlib.ExitStack, logs) -> tuple:
+    """A gateway with a load task, two watchers that read, one that never does (so events
+    are lost to lag), and a burst of 3,000 events under way; its log in the folder `logs`."""
+    logs.mkdir()
+    gw = stack.enter_context(running_gateway("--sim-load", "100", metrics=True, tmp_path=logs))
+    readers = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(2)]
+    stalled = SSEStream(gw.port, "murmur.WatchSession", {}, rcvbuf=4096)
+    for stream in (*readers, stalled):
+        stack.callback(stream.http.close)
+    for reader in readers:
+        reader.next()
+    rpc(gw.port, "SendMessage", user_message("/scenario burst n=3000"))
+    return gw, readers
+
+
+def test_every_panel_returns_each_instance_s_data_from_a_real_prometheus(tmp_path):
+    """Two gateways scraped as one job: each query, with the variables substituted as Grafana
+    does, answers series for both instances (per instance where it keeps the label: every
+    quantile and restart count does), for each one alone, and nothing for an instance or a job
+    that is not there, so the filter is real."""
     prometheus = require_tool("prometheus", "prometheus")
-    with running_gateway("--sim-load", "100", metrics=True, tmp_path=tmp_path) as gw:
+    job = "murmur-gateway"
+    with contextlib.ExitStack() as stack:
+        gateways = [watched_gateway(stack, tmp_path / name) for name in ("a", "b")]
+        targets = [f"127.0.0.1:{gw.metrics_port}" for gw, _ in gateways]
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n  - job_name: murmur-gateway\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{gw.metrics_port}']}}]\n")
+            f"scrape_configs:\n  - job_name: {job}\n"
+            f"    static_configs: [{{targets: {targets!r}}}]\n")
         port = free_port()
         proc = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        watchers = [SSEStream(gw.port, "murmur.WatchSession", {}) for _ in range(3)]
-        stalled = SSEStream(gw.port, "murmur.WatchSession", {}, rcvbuf=4096)  # never read
-        try:
-            for watcher in watchers[1:]:
-                watcher.next()
-            rpc(gw.port, "SendMessage", user_message("/scenario burst n=3000"))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # keep two watchers reading while samples accrue
-                for watcher in watchers[1:]:
-                    watcher.next()
-                try:
-                    up = query(port, "count_over_time(up[1m])")["data"]["result"]
-                except OSError:
-                    continue
-                if up and float(up[0]["value"][1]) >= 8:
-                    break
-            results = {}
-            for title, expr in expressions():
-                answer = query(port, expr)
-                assert answer["status"] == "success", (title, expr, answer)
-                results[(title, expr)] = answer["data"]["result"]
-            # the certificate's expiry is served with TLS on only (checked served above, with TLS)
-            empty = [key for key, result in results.items() if not result and TLS_ONLY not in key[1]]
-            assert not empty, f"panels with no data: {empty}"
-            lost = query(port, "sum(murgw_events_lost_to_lag_total)")["data"]["result"]
-            assert float(lost[0]["value"][1]) > 0, "the stalled watcher was never lagged"
-        finally:
-            for stream in (*watchers, stalled):
-                stream.http.close()
-            proc.terminate()
-            proc.wait(10)
+        stack.callback(proc.wait, 10)
+        stack.callback(proc.terminate)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # keep the readers reading while samples accrue
+            for _, readers in gateways:
+                for reader in readers:
+                    reader.next()
+            try:
+                up = query(port, "count_over_time(up[1m])")["data"]["result"]
+            except OSError:
+                continue
+            if len(up) == 2 and all(float(series["value"][1]) >= 8 for series in up):
+                break
+        assert instances_in(answer(port, f'murgw_build_info{{job="{job}"}}')) == set(targets)
+        empty = []
+        for title, expr in expressions():
+            both = answer(port, substituted(expr, job, targets))
+            if not both and TLS_ONLY in expr:  # served with TLS on only (checked served above)
+                continue
+            if not both:
+                empty.append(title)
+                continue
+            if "instance" in both[0]["metric"] or "histogram_quantile" in expr or "restarts" in expr:
+                assert instances_in(both) == set(targets), (title, expr, both)
+            for alone in targets:
+                result = answer(port, substituted(expr, job, [alone]))
+                assert result and instances_in(result) <= {alone, None}, (title, expr, alone, result)
+            assert answer(port, substituted(expr, job, ["127.0.0.1:1"])) == [], (title, expr)
+            assert answer(port, substituted(expr, "another-job", targets)) == [], (title, expr)
+        assert not empty, f"panels with no data: {empty}"
+        lost = answer(port, f'sum by (instance) (murgw_events_lost_to_lag_total{{job="{job}"}})')
+        assert {s["metric"]["instance"] for s in lost if float(s["value"][1]) > 0} == set(targets), \
+            "a stalled watcher was never lagged"
 
 
 def test_every_process_logs_json_lines(tmp_path):

@@ -51,6 +51,17 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
     assert run.returncode == 0 and not run.stderr.strip(), run.stderr
 
 
+def test_the_unit_s_documentation_is_the_gateway_s_own_docs_where_its_header_installs_them():
+    """Documentation= names this repository's operations, deploy and runbook pages at the path
+    the header's `cp -r docs` puts them (then the protocol); each one exists here."""
+    uris = " ".join(directives("Documentation")).split()
+    local = [uri.removeprefix("file:///opt/mur-gateway/") for uri in uris if uri.startswith("file://")]
+    assert local == ["docs/operations.md", "docs/deploy.md", "docs/runbook.md"]
+    assert all(os.path.isfile(os.path.join(ROOT, path)) for path in local)
+    assert "#   cp -r docs README.md /opt/mur-gateway/" in unit_text()
+    assert uris[-1] == "https://docs.murmur.nexus/reference/streaming-protocol/"
+
+
 def test_the_unit_is_notify_reload_checks_first_and_drops_privileges():
     assert directives("Type") == ["notify"]
     assert directives("ExecReload") == [f"{INSTALLED} --check", "/bin/kill -HUP $MAINPID"]
