@@ -6,11 +6,11 @@ token expires, a JWT's `exp` or a static token's `expires`, as a revocation does
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import signal
 import time
 
-import jwt
 import pytest
 
 from gateway_harness import GatewayOptions, running_gateway, scrape, token_table, wait_for
@@ -119,8 +119,8 @@ def stream_ends(gateway, caller: str) -> list[dict]:
 def test_a_stream_ends_when_its_jwt_expires_worded_as_a_revocation(gateway):
     """[claim: token-expiry] A stream opened with a JWT that expires in 3 s ends at its `exp`,
     never before, after whole events, its access line's reason "expired"; the token is 401 after."""
-    token = KEYS.mint(sub="frank", expires_in=3)
-    expires = float(jwt.decode(token, options={"verify_signature": False})["exp"])
+    expires = math.ceil(time.time()) + 3  # whole seconds, as `exp` is: never less than 3 s away
+    token = KEYS.mint(sub="frank", exp=expires)
     with watch(gateway.port, token=token, last_event_id=str(2**40)) as stream:
         ended = read_to_end(stream)
         assert stream.ended and bytes(stream.raw).endswith(b"\n\n")
@@ -174,7 +174,8 @@ def test_a_token_expired_at_start_is_401(tmp_path):
 def test_sighup_reloads_the_key_file_and_a_key_that_does_not_load_changes_nothing(tmp_path):
     """[claim: jwt-key-reload] New tokens verify with the new key at once, the old key's are
     401; a stream opened with the old key goes on to its `exp`. A file that holds no key
-    rejects the reload and the key in use stays."""
+    rejects the reload and the key in use stays. A reload that removes the table ends the
+    streams its tokens opened, as a removed token's."""
     key = tmp_path / "jwt.pem"
     key.write_bytes(KEYS.public_pem)
     door = tmp_path / "door.toml"
@@ -203,6 +204,14 @@ def test_sighup_reloads_the_key_file_and_a_key_that_does_not_load_changes_nothin
             problem = next(r for r in gw.logs() if r.get("event") == "config reload rejected; nothing changed")
             assert "key_file" in problem["problem"]
             assert rpc(gw.port, "ListTasks", {}, token=OTHER_KEYS.mint(scope="ListTasks"))[0] == 200
+
+            door.write_text(token_table([("ops", "ops-token-1", ["*"])]))
+            os.kill(gw.pid, signal.SIGHUP)
+            wait_for(lambda: reloads() == (2, 1), what="the table removed")
+            read_to_end(before)
+            line = wait_for(lambda: next(iter(stream_ends(gw, "hal")), None), what="its access line")
+            assert line["reason"] == "revoked"
+            assert rpc(gw.port, "ListTasks", {}, token=OTHER_KEYS.mint(scope="ListTasks"))[0] == 401
         finally:
             before.close()
 

@@ -464,11 +464,11 @@ def test_a_stream_whose_jwt_expired_says_so_exit_1(tmp_path):
     keys = KeyPair()
     (tmp_path / "jwt.pem").write_bytes(keys.public_pem)
     config = write_config(tmp_path, jwt_table(tmp_path / "jwt.pem"))
-    token = keys.mint(expires_in=3)
-    (tmp_path / "token").write_text(token)
-    with running_gateway("--config", config, workers=1, tmp_path=tmp_path) as gateway, \
-            mur_watch(address_of(gateway.port), "--token-file", str(tmp_path / "token")) as mur:
-        assert mur.finish() == 1
+    with running_gateway("--config", config, workers=1, tmp_path=tmp_path) as gateway:
+        token = keys.mint(expires_in=6)  # time for mur to start and attach on a loaded box
+        (tmp_path / "token").write_text(token)
+        with mur_watch(address_of(gateway.port), "--token-file", str(tmp_path / "token")) as mur:
+            assert mur.finish() == 1
     expires = jwt.decode(token, options={"verify_signature": False})["exp"]
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
     assert mur.stderr == (f"[murmur] {mur.address} ended the stream before any event: its token expired "
