@@ -304,7 +304,7 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="TOML file: the options above by long name, plus [lifecycle], "
                              "[inference] and [network.authentication] (tokens, jwt) [env MUR_GATEWAY_CONFIG]")
     parser.add_argument("--check", action="store_true",
-                        help="validate the configuration (file, options, TLS files, tokens) without "
+                        help="validate the configuration (file, options, TLS files, tokens, JWT key) without "
                              "starting: 'configuration ok' and exit 0, or one line per problem and exit 2")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration as TOML that --config takes back, "

@@ -137,13 +137,13 @@ know, and an option that would take no effect (one that takes effect only with a
 which is not set, or only without one, which is).
 
 - `mur-gateway --check [--config FILE] [options]` validates all of this, the TLS files (the
-  pair loads, the key matches, the certificate has not expired), the upstream's CA file and the
-  token table, without binding a port or starting a process: it prints `configuration ok`
+  pair loads, the key matches, the certificate has not expired), the upstream's CA file, the
+  token table and the JWT key, without binding a port or starting a process: it prints `configuration ok`
   (exit 0) or one line per problem (exit 2).
 - `mur-gateway --print-config [--config FILE] [options]` prints the configuration a start would
   run with, as TOML that `--config` takes back, each value's origin as a comment, and the values
   found at start (workers, connections per worker, listen backlog) as comments. Token digests
-  are shown; `--upstream-token` never is.
+  are shown; `--upstream-token` and the JWT key never are.
 - "reload": a `SIGHUP` applies the new value without a restart (the token table too); any other
   setting that differs is named in the `config reloaded` line and needs a restart.
 """
@@ -198,7 +198,8 @@ max_streams = 100
 JWT_INTRO = """\
 JWT bearer tokens that the application's backend mints, beside the static tokens (or alone):
 a token no `[[network.authentication.tokens]]` entry matches is verified as a JWT with the
-key file and only the configured algorithms (never the token's header's, never `none`).
+key file (a secret file's trailing newline is not part of the secret) and only the configured
+algorithms (never the token's header's, never `none`).
 `exp` and `sub` are required; `nbf`, `iss` and `aud` are checked as RFC 7519 says, with no leeway.
 `sub` is the caller, as a static token's `name` is (task visibility, limits, the access
 log); `scope` holds the methods it may call, space-separated, or `*`; an optional
