@@ -152,6 +152,7 @@ def test_a_static_token_with_expires_ends_its_streams_then_and_is_401_after(tmp_
                      what="the reload applied")
             with watch(gw.port, token="gina-token-1", last_event_id=str(2**40)) as late:
                 ends = [read_to_end(early), read_to_end(late)]
+                assert all(s.ended and bytes(s.raw).endswith(b"\n\n") for s in (early, late))  # whole events
             assert min(ends) >= expires and max(ends) - expires < 5
             lines = wait_for(lambda: len(stream_ends(gw, "gina")) == 2 and stream_ends(gw, "gina"),
                              what="both access lines")
