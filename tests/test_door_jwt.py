@@ -11,10 +11,11 @@ import os
 import signal
 import time
 
+import orjson
 import pytest
 
 from gateway_harness import GatewayOptions, running_gateway, scrape, token_table, wait_for
-from http_client import problem_detail, rpc, user_message
+from http_client import Http, problem_detail, rpc, user_message
 from jwt_tokens import AUDIENCE, ISSUER, WATCH, KeyPair, hand_made, jwt_table, standard_claims
 from sse_reading import SSEStream, watch
 
@@ -42,6 +43,8 @@ def test_a_good_jwt_opens_a_watch_stream_with_its_connection_ack(gateway):
     assert rpc(gateway.port, "ListTasks", {}, token=KEYS.mint(scope="ListTasks"))[0] == 200
     with watch(gateway.port, token=KEYS.mint()) as stream:  # watch() asserts 200 and the connection-ack
         assert stream.headers["content-type"] == "text/event-stream"
+    banner = next(r for r in gateway.logs() if r.get("event") == "listening")
+    assert banner["door"] == "1 token, jwt ES256"
 
 
 BAD_TOKENS = {
@@ -219,7 +222,8 @@ def test_sighup_reloads_the_key_file_and_a_key_that_does_not_load_changes_nothin
 
 def test_the_claims_are_checked_as_configured_without_issuer_or_audience(tmp_path):
     """[claim: jwt-verified] No `issuer`: any `iss` passes. No `audience`: a token that names
-    one is refused (RFC 7519 4.1.3), one that names none passes."""
+    one is refused (RFC 7519 4.1.3), one that names none passes. A door of JWTs alone asks
+    for a bearer token in its card, as one with static tokens does."""
     key = tmp_path / "jwt.pem"
     key.write_bytes(KEYS.public_pem)
     door = tmp_path / "door.toml"
@@ -228,3 +232,7 @@ def test_the_claims_are_checked_as_configured_without_issuer_or_audience(tmp_pat
         assert rpc(gw.port, "ListTasks", {}, token=KEYS.mint(scope="ListTasks", aud=None, iss="any"))[0] == 200
         assert rpc(gw.port, "ListTasks", {}, token=KEYS.mint(scope="ListTasks", aud=AUDIENCE))[0] == 401
         assert rpc(gw.port, "ListTasks", {}, token=KEYS.mint(scope="ListTasks", aud=None, iss=ISSUER))[0] == 200
+        assert unknown_token_answer(gw.port)[0] == 401
+        card = orjson.loads(Http(gw.port).request("GET", "/.well-known/agent-card.json")[2])
+        assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+        assert card["capabilities"]["extendedAgentCard"] is True
