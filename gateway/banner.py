@@ -15,11 +15,14 @@ from gateway.config import Config
 
 
 def door(config: Config) -> str:
-    """"public", or how many tokens the door knows."""
-    count = len(config.tokens)
-    if count == 0:
+    """"public", or how many tokens the door knows, and "jwt" with its algorithms."""
+    if not config.authenticated:
         return "public"
-    return f"{count} token{'s' if count != 1 else ''}"
+    count = len(config.tokens)
+    kinds = [f"{count} token{'s' if count != 1 else ''}"] if count else []
+    if config.jwt is not None:
+        kinds.append("jwt " + "/".join(config.jwt.algorithms))
+    return ", ".join(kinds)
 
 
 def fields(config: Config, *, listening: str, metrics: str | None, capacity_bound: str,

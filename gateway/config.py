@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway import config_found, tls, version
+from gateway import config_found, jwt_keys, tls, version
 from gateway.config_values import (MAX_JSON_DEPTH, Parser, file_value, one_of, parse_hostport,
                                    parse_log_level, parse_metrics_bind, parse_networks,
                                    parse_nonnegative_float, parse_nonnegative_int,
@@ -127,6 +128,24 @@ class TokenRule:
     sha256: str
     scopes: tuple[str, ...]
     max_streams: int = 0  # open streams with this token across workers; 0: no limit
+    expires: float | None = None  # when the token stops opening the door (Unix seconds); None: never
+
+
+@dataclass(frozen=True)
+class Jwt:
+    """[network.authentication.jwt]: JWT bearer tokens the application's backend mints,
+    verified against one key (gateway/jwt_keys.py). `key` is the key file's content, read by
+    `resolve` (and again by a reload), never a TOML key and never shown."""
+
+    key_file: str = _setting("", parse_text, "the HS256/384/512 secret, or the PEM public key "
+                             "(RS*, PS*, ES*, EdDSA), tokens are verified with; required")
+    algorithms: tuple[str, ...] = _setting((), jwt_keys.parse_algorithms,
+                                           "the algorithms a token may be signed with, such as "
+                                           "[\"ES256\"]; required, never taken from a token's header")
+    issuer: str = _setting("", parse_text, "when set, a token's `iss` must be this")
+    audience: str = _setting("", parse_text, "when set, a token's `aud` must name this; unset, "
+                             "a token that carries `aud` is refused (RFC 7519 4.1.3)")
+    key: str = field(default="", repr=False)
 
 
 RATE = "a rate above 0"
@@ -220,6 +239,12 @@ class Config:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
+    jwt: Jwt | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the door asks for a bearer token (static tokens, JWTs or both)."""
+        return bool(self.tokens) or self.jwt is not None
 
     def to_dict(self) -> dict:
         """A plain, picklable/JSON-able form for child processes."""
@@ -236,10 +261,9 @@ class Config:
         data["lifecycle"] = Lifecycle(**data["lifecycle"])
         data["inference"] = Inference(**data["inference"])
         data["trusted_proxies"] = tuple(data["trusted_proxies"])
-        data["tokens"] = tuple(
-            TokenRule(t["name"], t["sha256"], tuple(t["scopes"]), t["max_streams"])
-            for t in data["tokens"]
-        )
+        data["tokens"] = tuple(TokenRule(**{**t, "scopes": tuple(t["scopes"])}) for t in data["tokens"])
+        if data.get("jwt") is not None:
+            data["jwt"] = Jwt(**{**data["jwt"], "algorithms": tuple(data["jwt"]["algorithms"])})
         return cls(**data)
 
 
@@ -285,9 +309,9 @@ def argument_parser() -> argparse.ArgumentParser:
         )
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML file: the options above by long name, plus [lifecycle], "
-                             "[inference] and [network.authentication] [env MUR_GATEWAY_CONFIG]")
+                             "[inference] and [network.authentication] (tokens, jwt) [env MUR_GATEWAY_CONFIG]")
     parser.add_argument("--check", action="store_true",
-                        help="validate the configuration (file, options, TLS files, tokens) without "
+                        help="validate the configuration (file, options, TLS files, tokens, JWT key) without "
                              "starting: 'configuration ok' and exit 0, or one line per problem and exit 2")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration as TOML that --config takes back, "
@@ -373,11 +397,12 @@ def _table(data: dict, path: str, known: tuple[str, ...]) -> dict:
 
 
 def _section(data: dict, key: str, cls: type) -> Any:
-    """[lifecycle] or [inference]: each key's value through the parser its field names; every
+    """[lifecycle], [inference] or [network.authentication.jwt] (`key` its dotted path, the
+    last part a key of `data`): each key's value through the parser its field names; every
     unknown key and bad value is a line of the one ConfigError."""
-    if key not in data:
+    if key.rpartition(".")[2] not in data:
         return cls()
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if "parse" in f.metadata}
     raw = _table_at(data, key)
     problems, values = _unknown_keys(raw, key, tuple(fields)), {}
     for name, value in raw.items():
@@ -419,25 +444,58 @@ def _token(entry: Any, where: str, default_name: str) -> TokenRule:
         max_streams = file_value(parse_nonnegative_int, entry.get("max_streams", 0))
     except ValueError as exc:
         raise ConfigError(f"{where} max_streams: {exc}") from None
-    return TokenRule(name, digest.lower(), tuple(scopes), max_streams)
+    return TokenRule(name, digest.lower(), tuple(scopes), max_streams, _expiry(entry.get("expires"), where))
+
+
+def _expiry(value: Any, where: str) -> float | None:
+    """A token's `expires`: a TOML offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+        written = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else shown(value)
+        raise ConfigError(f"{where} expires: {written} is not a date-time with its offset; it accepts a "
+                          "TOML date-time such as 2027-01-01T00:00:00Z, unquoted")
+    return value.timestamp()
+
+
+def _authentication(data: dict) -> dict | None:
+    """[network.authentication], its keys checked; None without it (a public door)."""
+    if "network" not in data:
+        return None
+    network = _table(data, "network", ("authentication",))
+    if "authentication" not in network:
+        return None
+    return _table(network, "network.authentication", ("tokens", "jwt"))
+
+
+def jwt_table(data: dict) -> Jwt | None:
+    """[network.authentication.jwt], its key file read and fitted to its algorithms; None without it."""
+    auth = _authentication(data)
+    if auth is None or "jwt" not in auth:
+        return None
+    settings = _section(auth, "network.authentication.jwt", Jwt)
+    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms)
+    if problem is not None:
+        raise ConfigError(problem)
+    return dataclasses.replace(settings, key=key)
 
 
 def token_rules(data: dict) -> tuple[TokenRule, ...]:
-    """[[network.authentication.tokens]]: none without the table, else at least one token; two
-    entries may share a name (a token and its successor during a rotation), never a digest."""
-    if "network" not in data:
+    """[[network.authentication.tokens]]: none without the table, else at least one token (or
+    the jwt table); two entries may share a name (a token and its successor during a
+    rotation), never a digest."""
+    auth = _authentication(data)
+    if auth is None:
         return ()
-    network = _table(data, "network", ("authentication",))
-    if "authentication" not in network:
-        return ()
-    auth = _table(network, "network.authentication", ("tokens",))
     entries = auth.get("tokens")
     if isinstance(entries, dict):
         raise ConfigError("config [network.authentication.tokens]: one table, where each token is an "
                           "entry of the array [[network.authentication.tokens]] (two brackets)")
+    if entries is None and "jwt" in auth:
+        return ()
     if not isinstance(entries, list) or not entries:
-        raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]]; "
-                          "remove the table for a public door")
+        raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]] "
+                          "and no [network.authentication.jwt]; remove the table for a public door")
     rules: list[TokenRule] = []
     for i, entry in enumerate(entries):
         rule = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
@@ -539,13 +597,14 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
     if "workers" in values and values["workers"] is None:
         values["workers"] = config_found.default_workers()
     tables: dict[str, Any] = {}
-    for name in (*SECTIONS, "tokens"):
+    for name in (*SECTIONS, "tokens", "jwt"):
         try:
-            tables[name] = token_rules(data) if name == "tokens" else _section(data, name, SECTIONS[name])
-        except ConfigError as exc:
-            result.problems += exc.lines
+            tables[name] = (token_rules(data) if name == "tokens" else jwt_table(data) if name == "jwt"
+                            else _section(data, name, SECTIONS[name]))
+        except ConfigError as exc:  # [network.authentication]'s own problem is met by both its tables
+            result.problems += [line for line in exc.lines if line not in result.problems]
         origins[name] = ("file", f"config [{name}]") if name in data or (
-            name == "tokens" and "network" in data) else ("default", "default")
+            name in ("tokens", "jwt") and "network" in data) else ("default", "default")
     if not result.problems:
         result.config = Config(**values, **tables)
     return result

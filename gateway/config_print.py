@@ -4,7 +4,8 @@ Both are derived from the one declaration of each option (gateway/config.py), so
 option appears in both without a line here. `--print-config` writes the configuration a
 start would run with as TOML that `--config` takes back: each value with its origin as a
 comment, the values found at start (workers, connections, listen backlog) as comments, token
-digests but never a token (`--upstream-token` is named, not shown).
+digests but never a token (`--upstream-token` is named, not shown), the JWT table's key file
+but never its key.
 
 ``python -m gateway.config_print`` writes docs/configuration.md (tests/test_config_check.py
 checks the file is what this writes).
@@ -13,6 +14,7 @@ checks the file is what this writes).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import resource
 import sys
@@ -20,7 +22,7 @@ import time
 from typing import Any
 
 from gateway import config_found, tls, version
-from gateway.config import OPTIONS, SECTIONS, TOKEN_KEYS, Option, Resolution, default_words
+from gateway.config import OPTIONS, SECTIONS, TOKEN_KEYS, Jwt, Option, Resolution, TokenRule, default_words
 
 
 def toml_value(value: Any) -> str:
@@ -33,6 +35,21 @@ def toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def toml_datetime(seconds: float) -> str:
+    """Unix seconds as a TOML offset date-time in UTC (`2027-01-01T00:00:00Z`)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _token_lines(rule: TokenRule) -> list[str]:
+    """A token's entry, `expires` only when it has one."""
+    return ["[[network.authentication.tokens]]  # file"] + [
+        f"{key} = {toml_datetime(value) if key == 'expires' else toml_value(value)}"
+        for key in TOKEN_KEYS if (value := getattr(rule, key)) is not None]
+
+
+JWT_KEYS = tuple(f for f in dataclasses.fields(Jwt) if "parse" in f.metadata)  # its TOML keys (not `key`)
 
 
 def _origin(kind: str, words: str) -> str:
@@ -75,11 +92,13 @@ def print_config(resolution: Resolution) -> str:
         lines += [f"{f.name} = {toml_value(getattr(getattr(config, name), f.name))}"
                   for f in dataclasses.fields(SECTIONS[name])]
     lines.append("")
-    if not config.tokens:
+    if not config.authenticated:
         lines.append("# [network.authentication]: none, the door is public")
+    if config.jwt is not None:
+        lines += ["[network.authentication.jwt]  # file; the key itself is never shown"]
+        lines += [f"{f.name} = {toml_value(getattr(config.jwt, f.name))}" for f in JWT_KEYS]
     for rule in config.tokens:
-        lines += ["[[network.authentication.tokens]]  # file"]
-        lines += [f"{key} = {toml_value(getattr(rule, key))}" for key in TOKEN_KEYS]
+        lines += _token_lines(rule)
     return "\n".join(lines) + "\n"
 
 
@@ -119,13 +138,13 @@ that would take no effect (one that takes effect only with another, which is not
 without one, which is).
 
 - `mur-gateway --check [--config FILE] [options]` validates all of this, the TLS files (the
-  pair loads, the key matches, the certificate has not expired), the upstream's CA file and the
-  token table, without binding a port or starting a process: it prints `configuration ok`
+  pair loads, the key matches, the certificate has not expired), the upstream's CA file, the
+  token table and the JWT key, without binding a port or starting a process: it prints `configuration ok`
   (exit 0) or one line per problem (exit 2).
 - `mur-gateway --print-config [--config FILE] [options]` prints the configuration a start would
   run with, as TOML that `--config` takes back, each value's origin as a comment, and the values
   found at start (workers, connections per worker, listen backlog) as comments. Token digests
-  are shown; `--upstream-token` never is.
+  are shown; `--upstream-token` and the JWT key never are.
 - "reload": a `SIGHUP` applies the new value without a restart (the token table too); any other
   setting that differs is named in the `config reloaded` line and needs a restart.
 """
@@ -148,6 +167,10 @@ def markdown() -> str:
               "`[network.authentication]` the door is public. A reload applies the table.", "",
               "| key | meaning |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(words)} |" for key, words in TOKEN_WORDS.items()]
+    lines += ["", "## `[network.authentication.jwt]`", "", JWT_INTRO, "", "| key | default | meaning |",
+              "|---|---|---|"]
+    lines += [f"| `{f.name}` | {'none' if not f.default else f'`{toml_value(f.default)}`'} | "
+              f"{_cell(f.metadata['help'])} |" for f in JWT_KEYS]
     lines += ["", "## An example", "",
               "A token's digest: `printf %s \"$TOKEN\" | sha256sum` (no newline after the token). "
               "Check the file before a start or a reload with `mur-gateway --check --config "
@@ -173,6 +196,21 @@ max_streams = 100
 """
 
 
+JWT_INTRO = """\
+JWT bearer tokens that the application's backend mints, beside the static tokens (or alone):
+a token no `[[network.authentication.tokens]]` entry matches is verified as a JWT with the
+key file (a secret file's trailing newline is not part of the secret) and only the configured
+algorithms (never the token's header's, never `none`).
+`exp` and `sub` are required; `nbf`, `iss` and `aud` are checked as RFC 7519 says, with no leeway.
+`sub` is the caller, as a static token's `name` is (task visibility, limits, the access
+log); `scope` holds the methods it may call, space-separated, or `*`; an optional
+`max_streams` claim limits its open streams as a token's `max_streams` does. A token that
+fails any check, or whose `exp` has passed, is answered 401 as an unknown token; an open
+stream ends when its token's `exp` comes. A reload reads the key file again; streams
+already open keep going until their `exp`. `--check` reads the key and fits it to each
+algorithm; `--print-config` names the file, never the key."""
+
+
 TOKEN_WORDS = {
     "name": "what the access log and the limits call it (default `tokenN`); two entries may share "
             "one during a rotation",
@@ -180,6 +218,8 @@ TOKEN_WORDS = {
               "itself is never written down",
     "scopes": 'the methods it may call, or `["*"]`',
     "max_streams": "open streams with this token across workers; `0`: no limit (429 beyond)",
+    "expires": "optional: a TOML date-time with its offset (`2027-01-01T00:00:00Z`, unquoted); from "
+               "then the token is answered 401 as an unknown one, and its open streams end",
 }
 if tuple(TOKEN_WORDS) != TOKEN_KEYS:
     raise AssertionError("a token key without its words in docs/configuration.md")

@@ -1,7 +1,8 @@
 """SIGHUP: what a reload of --config may change while the gateway runs, and what it may not.
 
-Reloadable (`RELOADABLE`, an option's `reload` in gateway/config.py): the tokens (their scopes and `max_streams`), the per-client limits
-and the trusted proxies. The supervisor re-reads the file exactly as at start
+Reloadable (`RELOADABLE`, an option's `reload` in gateway/config.py): the tokens (their scopes,
+`max_streams` and `expires`), `[network.authentication.jwt]` with its key file (read again,
+checked as at start), the per-client limits and the trusted proxies. The supervisor re-reads the file exactly as at start
 (`config.load`, same command line and environment), so a file that does not parse or
 validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
 files, upstream, ...) would need a restart: a reload names those that differ and leaves
@@ -26,7 +27,7 @@ from typing import Mapping
 from gateway import config as config_module
 from gateway.config import Config
 
-RELOADABLE = ("tokens",) + tuple(opt.attr for opt in config_module.OPTIONS if opt.reload)
+RELOADABLE = ("tokens", "jwt") + tuple(opt.attr for opt in config_module.OPTIONS if opt.reload)
 SECTIONS = tuple(config_module.SECTIONS)  # TOML tables, named as [table]
 CERTIFICATE = "certificate"  # a reload message's key, no Config field: the workers load the pair again
 
@@ -38,8 +39,8 @@ def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[
     restart_only = [f"[{f.name}]" if f.name in SECTIONS else "--" + f.name.replace("_", "-")
                     for f in dataclasses.fields(Config)
                     if f.name not in RELOADABLE and getattr(fresh, f.name) != getattr(running, f.name)]
-    if bool(fresh.tokens) != bool(running.tokens):
-        fresh = dataclasses.replace(fresh, tokens=running.tokens)
+    if fresh.authenticated != running.authenticated:
+        fresh = dataclasses.replace(fresh, tokens=running.tokens, jwt=running.jwt)
         restart_only.append("[network.authentication] (public or with tokens)")
     plain = fresh.to_dict()
     settings = {name: plain[name] for name in RELOADABLE}

@@ -16,7 +16,7 @@ only against `--cacert FILE` (a private CA's PEM) when given. Exit status:
 - 0: the capsule closed its stream (`capsule-closed`);
 - 1: the stream ended without `capsule-closed`. The connection was lost: `E-IO-003`, naming
   the last event id read. Or the server ended the stream itself: one line saying what that
-  meant (`why_ended`: a reload revoked the token, or the gateway is draining);
+  meant (`why_ended`: the token expired, a reload revoked it, or the gateway is draining);
 - 2: the request was refused: the connection itself, an HTTP status other than 200 (401,
   403, ...), or a JSON-RPC error; one line on stderr, never a traceback;
 - 130: SIGINT, quietly.
@@ -25,12 +25,15 @@ only against `--cacert FILE` (a private CA's PEM) when given. Exit status:
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import contextlib
 import http.client
 import io
 import os
 import ssl
 import sys
+import time
 from typing import Callable, Iterator, TextIO
 from urllib.parse import urlsplit
 
@@ -44,6 +47,7 @@ from gateway.watch_printer import EXIT_REFUSED, STDERR, STDOUT, WatchPrinter, Wr
 DEFAULT_ADDRESS = "http://127.0.0.1:52222"
 CONNECT_TIMEOUT = 10.0
 PROBE_TIMEOUT = 2.0  # `why_ended`'s one look at /readyz
+CLOCK_SKEW = 60.0  # how far this host's clock may run behind the gateway's when a JWT's exp is judged
 READ_SIZE = 65536
 EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
@@ -163,10 +167,26 @@ class Body:
         self.ended = True
 
 
-def why_ended(address: str, cacert: str | None) -> str:
+def jwt_expiry(token: str | None) -> float | None:
+    """A JWT's `exp` as its payload says (unverified: only the wording of an end depends on
+    it); None for a token that is no JWT or names none."""
+    parts = (token or "").split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+def why_ended(address: str, cacert: str | None, token: str | None = None) -> str:
     """What a gateway's end of a watcher's stream, without capsule-closed, meant, told by one
-    look at its /readyz (not a reconnect): still ready, it ended the stream because a reload
-    revoked the token (worker/reload.py); not answering, or 503, it is stopping (its drain)."""
+    look at its /readyz (not a reconnect): still ready, it ended the stream because the token
+    expired (a JWT whose `exp` has come, by this host's clock give or take `CLOCK_SKEW`), or
+    because a reload revoked the token or a static token's `expires` came (worker/reload.py,
+    worker/opening.py); not answering, or 503, it is stopping (its drain)."""
     try:
         connection = open_connection(address, cacert, PROBE_TIMEOUT)
         with contextlib.closing(connection):
@@ -174,8 +194,12 @@ def why_ended(address: str, cacert: str | None) -> str:
             status = connection.getresponse().status
     except (CannotWatch, OSError, http.client.HTTPException):
         status = None
+    expires = jwt_expiry(token)
+    if status == 200 and expires is not None and expires <= time.time() + CLOCK_SKEW:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+        return f"its token expired ({when}); run mur watch again with a fresh token"
     if status == 200:
-        return ("its token was revoked (a reload took its right to watch); run mur watch "
+        return ("its token was revoked (a reload took its right to watch) or expired; run mur watch "
                 "again with a token that holds murmur.WatchSession")
     if status in (None, 503):
         return "the gateway is stopping (drain); run mur watch again once it is back"
@@ -188,7 +212,7 @@ def watch(address: str, token: str | None, console: Console, cacert: str | None 
         connection = open_connection(address, cacert)
         with contextlib.closing(connection):
             return print_stream(start_watch(connection, address, token), address, console,
-                                lambda: why_ended(address, cacert))
+                                lambda: why_ended(address, cacert, token))
     except CannotWatch as exc:
         console.show([Write(STDERR, f"mur watch: {exc}\n")])
         return EXIT_REFUSED

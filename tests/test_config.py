@@ -112,24 +112,33 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
 
 STRICT_FILES = [  # (a file, the one line that refuses it)
     (f"[[network.authentication.token]]\n{TOKEN}",
-     "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens"),
+     "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens, jwt"),
     (f"[[network.authenticaton.tokens]]\n{TOKEN}",
      "config [network.authenticaton]: unknown table; [network] takes authentication"),
     (f"[network.authentication.tokens]\n{TOKEN}",
      "config [network.authentication.tokens]: one table, where each token is an entry of the array "
      "[[network.authentication.tokens]] (two brackets)"),
     ("[network.authentication]\ntokens = []\n",
-     "config [network.authentication]: declares no [[network.authentication.tokens]]; "
-     "remove the table for a public door"),
+     "config [network.authentication]: declares no [[network.authentication.tokens]] "
+     "and no [network.authentication.jwt]; remove the table for a public door"),
     ("[network.authentication]\n",
-     "config [network.authentication]: declares no [[network.authentication.tokens]]; "
-     "remove the table for a public door"),
+     "config [network.authentication]: declares no [[network.authentication.tokens]] "
+     "and no [network.authentication.jwt]; remove the table for a public door"),
     (f"[[network.authentication.tokens]]\n{TOKEN}expires = 2027-01-01\n",
-     "config [[network.authentication.tokens]] #1 expires: unknown setting; "
-     "a token takes name, sha256, scopes, max_streams"),
+     "config [[network.authentication.tokens]] #1 expires: 2027-01-01 is not a date-time with its "
+     "offset; it accepts a TOML date-time such as 2027-01-01T00:00:00Z, unquoted"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}expires = 2027-01-01T00:00:00\n",
+     "config [[network.authentication.tokens]] #1 expires: 2027-01-01T00:00:00 is not a date-time with "
+     "its offset; it accepts a TOML date-time such as 2027-01-01T00:00:00Z, unquoted"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}expires = \"2027-01-01T00:00:00Z\"\n",
+     "config [[network.authentication.tokens]] #1 expires: '2027-01-01T00:00:00Z' is not a date-time "
+     "with its offset; it accepts a TOML date-time such as 2027-01-01T00:00:00Z, unquoted"),
+    (f"[[network.authentication.tokens]]\n{TOKEN}expire = 2027-01-01T00:00:00Z\n",
+     "config [[network.authentication.tokens]] #1 expire: unknown setting; "
+     "a token takes name, sha256, scopes, max_streams, expires"),
     (f"[[network.authentication.tokens]]\n{TOKEN}required = true\n",
      "config [[network.authentication.tokens]] #1 required: unknown setting; "
-     "a token takes name, sha256, scopes, max_streams"),
+     "a token takes name, sha256, scopes, max_streams, expires"),
     ("[network]\nfoo = 1\n", "config [network] foo: unknown setting; [network] takes authentication"),
     ("[lifecyle]\nmax_queued_tasks = 8\n",
      "config [lifecyle]: unknown table; the file's tables are [lifecycle], [inference], [network]"),

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import jwt
 import orjson
 import pytest
 
@@ -27,6 +28,7 @@ from gateway.protocol import events
 from gateway.protocol.uris import STREAM_URI
 from gateway_harness import ROOT, running_gateway, token_table, wait_for
 from http_client import rpc, user_message
+from jwt_tokens import KeyPair, jwt_table
 from sse_reading import SSEStream, is_terminal_event
 
 WAIT = 30.0
@@ -431,8 +433,8 @@ def test_a_revoked_token_and_a_drain_are_worded_as_what_happened_exit_1(tmp_path
         assert gateway.stop() == 0
         assert drained.finish() == 1
     assert revoked.stderr == (f"[murmur] {revoked.address} ended the stream before any event: its token was "
-                              "revoked (a reload took its right to watch); run mur watch again with a token "
-                              "that holds murmur.WatchSession\n")
+                              "revoked (a reload took its right to watch) or expired; run mur watch again with "
+                              "a token that holds murmur.WatchSession\n")
     assert drained.stderr == (f"[murmur] {drained.address} ended the stream before any event: the gateway is "
                               "stopping (drain); run mur watch again once it is back\n")
 
@@ -454,3 +456,20 @@ def test_sigint_exits_quietly_with_130():
         mur.proc.send_signal(signal.SIGINT)
         assert mur.finish() == 130
     assert mur.stderr == ""
+
+
+def test_a_stream_whose_jwt_expired_says_so_exit_1(tmp_path):
+    """The gateway ends the stream at the token's `exp` (tests/test_door_jwt.py); mur watch,
+    reading the `exp` of the token it sent, says the token expired."""
+    keys = KeyPair()
+    (tmp_path / "jwt.pem").write_bytes(keys.public_pem)
+    config = write_config(tmp_path, jwt_table(tmp_path / "jwt.pem"))
+    with running_gateway("--config", config, workers=1, tmp_path=tmp_path) as gateway:
+        token = keys.mint(expires_in=6)  # time for mur to start and attach on a loaded box
+        (tmp_path / "token").write_text(token)
+        with mur_watch(address_of(gateway.port), "--token-file", str(tmp_path / "token")) as mur:
+            assert mur.finish() == 1
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+    assert mur.stderr == (f"[murmur] {mur.address} ended the stream before any event: its token expired "
+                          f"({when}); run mur watch again with a fresh token\n")

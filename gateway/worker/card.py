@@ -49,7 +49,7 @@ def with_own_address(card: dict, scope: dict, config: Config) -> dict:
 
 def door_fields(config: Config) -> dict:
     """The card's security fields: a bearer token when the door declares network.authentication."""
-    if not config.tokens:
+    if not config.authenticated:
         return {}
     return {"securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
             "securityRequirements": [{"schemes": {"bearer": {"list": []}}}]}
@@ -79,7 +79,7 @@ def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
                                 "Each is carried in a StreamResponse under metadata keyed by this URI.",
                  "required": False, "params": {"frames": frames}},
             ],
-            "extendedAgentCard": bool(config.tokens),
+            "extendedAgentCard": config.authenticated,
         },
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],

@@ -13,10 +13,16 @@ begin and whether a `gap` frame follows the opening; the hub opens the stream th
 
 Each open stream that a limit counts or a token let in is held here (`holds`): a reload ends
 the ones whose token it removed (reload.py), and each gives its places back when it ends
-(`close`).
+(`close`). A stream whose token expires (a JWT's `exp`, a static token's `expires`) holds a
+timer that ends it then, as a revocation does, with the access line's reason "expired"
+(`expire_at`; DECISIONS "Token expiry"). The timer runs on the loop's monotonic clock and
+checks the wall clock when it fires, so the stream never ends before its token's expiry.
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import orjson
 
@@ -47,6 +53,7 @@ class Openings:
         self.counters = counters
         self.limits = limits
         self.holds: dict[Served, tuple[TokenRule | None, Holding | None]] = {}
+        self.expiries: dict[Served, asyncio.TimerHandle] = {}  # streams whose token expires
         self.pace = OpeningPace()  # a storm's openings, a few a turn of the loop
         self.conversation_mode = config.lifecycle.conversation
 
@@ -64,12 +71,31 @@ class Openings:
                 self.limits.release(holding)
             elif rule is not None or holding is not None:
                 self.holds[served] = (rule, holding)
+                if rule is not None:
+                    self.expire_at(served, rule.expires)
         return served
 
     def close(self, served: Served) -> None:
-        """The stream is over: the places it held are given back."""
+        """The stream is over: the places it held are given back, its expiry forgotten."""
         _rule, holding = self.holds.pop(served, (None, None))
         self.limits.release(holding)
+        self.expire_at(served, None)
+
+    def expire_at(self, served: Served, expires: float | None) -> None:
+        """End `served` at `expires` (Unix seconds; None: never), in place of any expiry it had."""
+        timer = self.expiries.pop(served, None)
+        if timer is not None:
+            timer.cancel()
+        if expires is not None:
+            self.expiries[served] = asyncio.get_running_loop().call_later(
+                max(0.0, expires - time.time()), self._expire, served, expires)
+
+    def _expire(self, served: Served, expires: float) -> None:
+        del self.expiries[served]
+        if time.time() < expires:  # the monotonic clock ran ahead of the wall clock
+            self.expire_at(served, expires)
+        else:
+            self.hub.end_stream(served, "expired")
 
     def _conversation(self) -> str:
         """The capsule's lifecycle.conversation; in upstream mode, what the upstream's ack said."""

@@ -5,7 +5,8 @@ max_streams, the per-client limits, trusted proxies) to the sequencer, which bum
 ring's CONFIG_GENERATION word. Every worker looks at that word four times a heartbeat
 interval; when it moved, the worker asks the sequencer for the settings and applies them
 to its door and limits. Then each open stream whose token the new rules no longer hold, or
-whose token lost the scope of the stream's method, is ended where it stands: after the
+whose token lost the scope of the stream's method, is ended where it stands (a stream whose
+token's `expires` the reload changed ends at the new one instead): after the
 whole events it has written, with no frame of its own (docs/operations.md, "Reloading").
 So such a stream ends within one heartbeat interval of the reload. Streams of every other
 token go on untouched, missing nothing. When the supervisor found the certificate pair
@@ -34,12 +35,17 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
         problem = tls.reload_pair(config.certfile, config.keyfile)
         if problem is not None:
             log.error("certificate not reloaded; the one in use stays", problem=problem)
-    rpc.door.rules = config.tokens
+    rpc.door.apply(config)
     rpc.limits.apply(config)
     revoked = [served for served, (rule, _holding) in rpc.openings.holds.items()
                if rule is not None and not rpc.door.still_admits(rule, served.stream.endpoint)]
     for served in revoked:
         hub.end_stream(served)
+    for served, (rule, holding) in list(rpc.openings.holds.items()):  # an `expires` the reload changed
+        now = rule and rpc.door.now_in_force(rule)
+        if now is not None and now.expires != rule.expires:
+            rpc.openings.holds[served] = (now, holding)
+            rpc.openings.expire_at(served, now.expires)
     log.info("reloaded settings applied", tokens=len(config.tokens), streams_ended=len(revoked),
              **({"certificate_reloaded": problem is None} if certificate else {}))
     return config

@@ -350,14 +350,18 @@ class Hub:
         for served in self.all_streams():
             served.poke()
 
-    def end_stream(self, served: Served) -> None:
-        """End the stream where it stands (a reload revoked its token, worker/reload.py): after
-        the whole events already written, with no frame of its own. Its driver sees it
-        ENDING before it gathers again; a parked one is resumed to see it now. One waiting for
-        a reader that stopped reading would wait as long as that reader: still open a heartbeat
-        interval later, its connection is cut (DECISIONS: it ends within one interval)."""
+    def end_stream(self, served: Served, reason: str = "revoked") -> None:
+        """End the stream where it stands, `reason` its access line's: "revoked" (a reload
+        took its token's right to it, worker/reload.py) or "expired" (its token's expiry
+        came, opening.py): after the whole events already written, with no frame of its
+        own. Its driver sees it ENDING before it gathers again; a parked one is resumed to
+        see it now. One waiting for a reader that stopped reading would wait as long as that
+        reader: still open a heartbeat interval later, its connection is cut (DECISIONS: it
+        ends within one interval). A stream already ended so keeps its first reason."""
+        if served.revoked is not None:
+            return
         served.stream.move(END)
-        served.revoked = True
+        served.revoked = reason
         served.poke()
         if served.sink is not None and served.sink.blocked:
             self._loop.call_later(self.heartbeats.interval, self._cut_off, served)
@@ -373,8 +377,8 @@ class Hub:
         window, stream = self.window, served.stream
         if window.closing:
             return "drain"
-        if served.revoked:  # its connection may have been cut for it (`_cut_off`)
-            return "revoked"
+        if served.revoked is not None:  # its connection may have been cut for it (`_cut_off`)
+            return served.revoked
         if served.sink.closed:
             return "client_left"
         if stream.session_changed:
@@ -536,7 +540,7 @@ class Served:
     its driver waits for (`waiting`; None while it runs), the future its coroutine waits on
     (a stream `serve`d, not `adopt`ed), its place in the catch-up queue, the heartbeat due
     since the heap fired, and what its access-log line reports that the stream cannot know
-    (the bytes handed to its sink, whether a reload revoked it). It is the sink's listener: a
+    (the bytes handed to its sink, whether a reload revoked it or its token expired). It is the sink's listener: a
     client that leaves, or a sink that drained, pokes it."""
 
     __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "beat_due", "bytes_sent", "revoked",
@@ -551,7 +555,7 @@ class Served:
         self.queued = False  # waiting in the catch-up queue for its next piece (catchup.py)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
-        self.revoked = False  # ended by a reload that took its token's right to it (`end_stream`)
+        self.revoked: str | None = None  # "revoked" or "expired": its token's right to it ended (`end_stream`)
         self.exchange = None  # the access log's record of its request (access_log.py)
 
     def resume(self) -> None:

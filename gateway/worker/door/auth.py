@@ -1,18 +1,29 @@
 """Who is asking: a bearer token's rule, and the `Caller` its scopes make.
 
-Tokens are kept only as sha256 and compared in constant time; a token's `name` owns the
-tasks it creates, so a rotated token keeps them.
+Static tokens are kept only as sha256 and compared in constant time; a token's `name` owns
+the tasks it creates, so a rotated token keeps them. A token past its `expires` is refused as
+an unknown one. With `[network.authentication.jwt]`, a token no static entry matches is
+verified as a JWT (bearer_jwt.py): its `sub` is the rule's name, its `exp` the rule's expiry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 
 from gateway.config import Config, TokenRule
 from gateway.control import EVERY_TASK, Caller
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.door.bearer_jwt import JwtRule, JwtVerifier
 from gateway.worker.door.refusal import Refused
+
+
+def unknown_token() -> Refused:
+    """One 401 for every token that does not open the door: unknown, expired, or a JWT that
+    fails any check (its body says nothing of which)."""
+    return Refused(401, "the bearer token is not valid for this door",
+                   [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token")
 
 
 class Door:
@@ -24,11 +35,16 @@ class Door:
     """
 
     def __init__(self, config: Config):
+        self.apply(config)
+
+    def apply(self, config: Config) -> None:
+        """The tokens in force (at start, and at each reload)."""
         self.rules = config.tokens
+        self.jwt = None if config.jwt is None else JwtVerifier(config.jwt)
 
     @property
     def public(self) -> bool:
-        return not self.rules
+        return not self.rules and self.jwt is None
 
     def authenticate(self, authorization: str | None) -> TokenRule | None:
         """The rule the bearer token matches; None on a public door."""
@@ -38,14 +54,16 @@ class Door:
         if scheme.lower() != "bearer" or not token.strip():
             raise Refused(401, "this door requires Authorization: Bearer <token>",
                           [(b"www-authenticate", b"Bearer")], why="no token")
-        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        token = token.strip()
+        digest = hashlib.sha256(token.encode()).hexdigest()
         match = None
         for rule in self.rules:  # every rule is compared, so timing says nothing of which
             if hmac.compare_digest(rule.sha256, digest):
                 match = rule
-        if match is None:
-            raise Refused(401, "the bearer token is not valid for this door",
-                          [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token")
+        if match is None and self.jwt is not None:
+            match = self.jwt.verify(token)
+        if match is None or (match.expires is not None and time.time() >= match.expires):
+            raise unknown_token()
         return match
 
     def authorize(self, rule: TokenRule | None, method: str) -> Caller:
@@ -57,8 +75,16 @@ class Door:
             raise Refused(403, f"the token does not hold the {method} scope")
         return Caller(rule.name, "*" in rule.scopes or WATCH_SESSION in rule.scopes)
 
+    def now_in_force(self, rule: TokenRule) -> TokenRule | None:
+        """The rule that admits the token behind `rule` (a stream opened under it) now (a
+        reload may have replaced the rules): a static token's entry of the same digest, a
+        JWT's own rule while the door still takes JWTs (a key reloaded leaves the tokens it
+        verified to their `exp`, as a reloaded certificate leaves open connections); None."""
+        if isinstance(rule, JwtRule):
+            return rule if self.jwt is not None else None
+        return next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
+
     def still_admits(self, rule: TokenRule, method: str) -> bool:
-        """Whether the token behind `rule` (a stream opened under it) still holds `method`'s
-        scope in the rules now in force (a reload may have replaced them)."""
-        now = next((r for r in self.rules if hmac.compare_digest(r.sha256, rule.sha256)), None)
+        """Whether the token behind `rule` still holds `method`'s scope in the rules now in force."""
+        now = self.now_in_force(rule)
         return now is not None and ("*" in now.scopes or method in now.scopes)
