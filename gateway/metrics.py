@@ -47,6 +47,9 @@ COUNTERS = {
     "lagged_frames": ("counter", "lagged frames written.", "endpoint", ENDPOINTS),
     "replays": ("counter", "Stream openings by replay outcome.", "outcome", REPLAY_OUTCOMES),
     "heartbeats": ("counter", "Heartbeats written.", None, ()),
+    "heartbeats_blocked": ("counter", "Heartbeats that came due while their stream's bytes waited to leave (its "
+                           "client not reading): written once they left, one for several due, never counted as jitter.",
+                           None, ()),
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests the door refused (HTTP status, problem details), by reason; "
@@ -61,7 +64,8 @@ COUNTERS = {
 HISTOGRAMS = {
     "reader_lag_events": ("How many events behind the ring head a connection was at each write.",
                           "endpoint", ENDPOINTS, LAG_BUCKETS, 1),
-    "heartbeat_jitter_seconds": ("Actual minus scheduled heartbeat write time.",
+    "heartbeat_jitter_seconds": ("How late the worker's loop handed each heartbeat to its stream: the loop's "
+                                 "lateness alone (a client not reading counts in murgw_heartbeats_blocked_total).",
                                  None, ("",), JITTER_BUCKETS, MICRO),
     "loop_stall_seconds": (f"How late each worker's {PULSE_SECONDS:g} s stall pulse ran: "
                            "time its event loop went without a turn.", None, ("",), JITTER_BUCKETS, MICRO),
