@@ -360,7 +360,7 @@ class Hub:
         the whole events already written, with no frame of its own. Its driver sees it
         ENDING before it gathers again; a parked one is resumed to see it now. One waiting for
         a reader that stopped reading would wait as long as that reader: still open a heartbeat
-        interval later, its connection is cut (DECISIONS: it ends within one interval)."""
+        interval later, its connection is cut (SECURITY.md: it ends within one interval)."""
         served.stream.move(END)
         served.revoked = True
         served.poke()
