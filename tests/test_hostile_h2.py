@@ -300,16 +300,20 @@ UNREADABLE_HEADS = {
 
 
 @pytest.mark.parametrize("case", sorted(UNREADABLE_HEADS))
-def test_security_claim_a_head_hypercorn_cannot_read_resets_its_stream_alone(gateway, case):
+@pytest.mark.parametrize("then_reset", [False, True], ids=["alone", "reset_in_the_same_write"])
+def test_security_claim_a_head_hypercorn_cannot_read_resets_its_stream_alone(gateway, case, then_reset):
     """[claim: h2-no-traceback] A malformed head (RFC 9113 §8.1.1) hypercorn failed on (its `:method` or `:path` not
-    ASCII, a CONNECT without `:path`): RST_STREAM PROTOCOL_ERROR for that stream, the
-    connection serves on, no traceback."""
+    ASCII, a CONNECT without `:path`): RST_STREAM PROTOCOL_ERROR for that stream (none where
+    the client reset it in the same write), the connection serves on, no traceback."""
     client = PlainH2(gateway.port)
     try:
         stream_id = client.conn.get_next_available_stream_id()
         client.conn.send_headers(stream_id, UNREADABLE_HEADS[case], end_stream=True)
+        if then_reset:
+            client.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
         client.sock.sendall(client.conn.data_to_send())
-        assert client.until(h2.events.StreamReset, stream_id)[-1].error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        if not then_reset:
+            assert client.until(h2.events.StreamReset, stream_id)[-1].error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
         assert client.healthz() == 200
     finally:
         client.sock.close()

@@ -77,7 +77,7 @@ async def handle_events(self: H2Protocol, events: list) -> None:
         return
     malformed = {event.stream_id for event in requests if _unreadable(event.headers)}
     for stream_id in malformed:
-        self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        _reset(self, stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
     opening = {event.stream_id for event in requests} - malformed  # not in `streams` yet
     kept = []
     for event in events:
@@ -86,13 +86,17 @@ async def handle_events(self: H2Protocol, events: list) -> None:
         if (isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams
                 and event.stream_id not in opening):
             self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            try:
-                self.connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.NO_ERROR)
-            except h2.exceptions.StreamClosedError:
-                pass  # already closed on h2's side too: its later DATA is h2's to answer
+            _reset(self, event.stream_id, h2.errors.ErrorCodes.NO_ERROR)
         else:
             kept.append(event)
     await _original_handle_events(self, kept)
+
+
+def _reset(self: H2Protocol, stream_id: int, code: h2.errors.ErrorCodes) -> None:
+    try:
+        self.connection.reset_stream(stream_id, code)
+    except h2.exceptions.StreamClosedError:
+        pass  # the client reset it already (in the same read), or h2 closed it: nothing to say
 
 
 async def priority_updated(self: H2Protocol, event: h2.events.PriorityUpdated) -> None:
