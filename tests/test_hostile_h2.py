@@ -279,9 +279,9 @@ def _priority_trees(conn: h2.connection.H2Connection, shape: str) -> None:
 
 @pytest.mark.parametrize("shape", ["wide", "deep", "loop"])
 def test_security_claim_priority_signals_are_ignored(gateway, shape):
-    """[claim: h2-no-traceback] PRIORITY frames hypercorn's priority tree refused (too many streams), recursed on (a chain
-    deeper than Python's stack) or took for a loop (a reprioritization deeper than its check):
-    ignored (RFC 9113 §5.3.2), the connection serves on and no traceback is logged."""
+    """[claim: h2-no-traceback] PRIORITY frames hypercorn's priority tree refused (too many streams), recursed on (a
+    chain deeper than Python's stack) or took for a loop (a reprioritization deeper than its
+    check): ignored (RFC 9113 §5.3.2), the connection serves on and no traceback is logged."""
     client = PlainH2(gateway.port)
     try:
         _priority_trees(client.conn, shape)
@@ -296,15 +296,20 @@ UNREADABLE_HEADS = {
     "connect_without_path": [(b":method", b"CONNECT"), (b":authority", b"127.0.0.1:1")],
     "non_ascii_method": [(b":method", b"G\xc3\x89T"), *HEALTHZ[1:]],
     "non_ascii_path": [HEALTHZ[0], (b":path", b"/healthz\xc3\xa9"), *HEALTHZ[2:]],
+    "non_ascii_websocket_protocol": [(b":method", b"CONNECT"), (b":protocol", b"websocket"), *HEALTHZ[1:],
+                                     (b"sec-websocket-version", b"13"), (b"sec-websocket-protocol", b"\xc3\xa9")],
+    "non_ascii_websocket_extensions": [(b":method", b"CONNECT"), (b":protocol", b"websocket"), *HEALTHZ[1:],
+                                       (b"sec-websocket-version", b"13"), (b"sec-websocket-extensions", b"\xc3\xa9")],
 }
 
 
 @pytest.mark.parametrize("case", sorted(UNREADABLE_HEADS))
 @pytest.mark.parametrize("then_reset", [False, True], ids=["alone", "reset_in_the_same_write"])
 def test_security_claim_a_head_hypercorn_cannot_read_resets_its_stream_alone(gateway, case, then_reset):
-    """[claim: h2-no-traceback] A malformed head (RFC 9113 §8.1.1) hypercorn failed on (its `:method` or `:path` not
-    ASCII, a CONNECT without `:path`): RST_STREAM PROTOCOL_ERROR for that stream (none where
-    the client reset it in the same write), the connection serves on, no traceback."""
+    """[claim: h2-no-traceback] A malformed head (RFC 9113 §8.1.1) hypercorn failed on (its `:method`, `:path` or an
+    extended CONNECT's WebSocket field not ASCII, a CONNECT without `:path`): RST_STREAM
+    PROTOCOL_ERROR for that stream (none where the client reset it in the same write), the
+    connection serves on, no traceback."""
     client = PlainH2(gateway.port)
     try:
         stream_id = client.conn.get_next_available_stream_id()

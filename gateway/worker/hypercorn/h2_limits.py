@@ -19,9 +19,9 @@ with no GOAWAY).
   (HEADERS with END_STREAM, RST_STREAM) in one write opened them all before that task ran, and
   the 1,001st raised `TooManyStreamsError`. `handle_events` ends such a connection before
   opening any of the batch: GOAWAY `ENHANCE_YOUR_CALM` and one warning line.
-- **A head hypercorn cannot read**: a `:method` or `:path` that is not ASCII, a CONNECT
-  without `:path`. It is malformed (RFC 9113 §8.1.1): `RST_STREAM PROTOCOL_ERROR` for that
-  stream alone, its DATA credited as above.
+- **A head hypercorn cannot read**: a `:method`, `:path` or WebSocket handshake field (an
+  extended CONNECT's) that is not ASCII, a CONNECT without `:path`. It is malformed (RFC
+  9113 §8.1.1): `RST_STREAM PROTOCOL_ERROR` for that stream alone, its DATA credited as above.
 - **PRIORITY signals.** hypercorn put each one's stream in the tree: 1,001 of them overfilled
   it, a chain 100 deep made a reprioritization a `PriorityLoop`, and a chain near 1,000 deep
   made the sending task's scheduling recurse past Python's limit. RFC 9113 §5.3.2 deprecates
@@ -49,6 +49,9 @@ _original_receive_headers_frame = h2.connection.H2Connection._receive_headers_fr
 _original_handle_events = H2Protocol._handle_events
 
 log = logs.get("worker")
+# what hypercorn decodes as ASCII: the request's method and path, and an extended CONNECT's
+# (RFC 8441) WebSocket handshake fields (the app then refuses the WebSocket: door/admission.py)
+ASCII_FIELDS = frozenset((b":method", b":path", b"sec-websocket-protocol", b"sec-websocket-extensions"))
 BURST = "http/2 connection ended (ENHANCE_YOUR_CALM): more streams opened at once than hypercorn schedules"
 
 
@@ -104,9 +107,9 @@ async def priority_updated(self: H2Protocol, event: h2.events.PriorityUpdated) -
 
 
 def _unreadable(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether a request head is one hypercorn cannot make a request of: its `:method` or
-    `:path` not ASCII, or no `:path` (h2 lets a CONNECT omit it)."""
-    fields = dict(field for field in headers if field[0] in (b":method", b":path"))
-    path = fields.get(b":path")
-    return path is None or not path.isascii() or not fields.get(b":method", b"").isascii()
+    """Whether a request head is one hypercorn cannot make a request of: a field it decodes
+    as ASCII that is not (`ASCII_FIELDS`), or no `:path` (h2 lets a CONNECT omit it)."""
+    if not any(name == b":path" for name, _ in headers):
+        return True
+    return any(name in ASCII_FIELDS and not value.isascii() for name, value in headers)
 
