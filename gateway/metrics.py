@@ -21,7 +21,6 @@ from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TAS
 from gateway.protocol.errors import ERRORS
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.stall import PULSE_SECONDS
-from gateway.worker.problem import REFUSAL_LABELS
 from shm import CounterBlocks
 
 PREFIX = "murgw_"
@@ -33,6 +32,16 @@ JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 MICRO = 1_000_000
 LIMITS = ("client_streams", "client_rate", "token_streams")  # the door's 429s (worker/door/limits.py)
 RELOAD_OUTCOMES = ("applied", "rejected")
+# The refusals the door counts (requests_refused{reason}), by HTTP status: the door's and
+# capacity's, and the answers to a request head no route sees (400, 431, 501, 505); never a
+# JSON-RPC error (those count by code) nor a 503 for an unreachable sequencer or upstream (the
+# gateway's trouble, not a refusal). A 400 for a head two readers could read two ways
+# (worker/door/head.py's `AMBIGUITIES`) counts as AMBIGUOUS, apart from a merely malformed one.
+REFUSAL_REASONS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
+                   405: "method_not_allowed", 408: "timeout", 413: "body_too_large", 431: "headers_too_large",
+                   501: "not_implemented", 503: "capacity", 505: "version_not_supported"}
+AMBIGUOUS = "ambiguous"  # request smuggling's forms, two Authorization headers
+REFUSAL_LABELS = (*REFUSAL_REASONS.values(), AMBIGUOUS)
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
@@ -47,6 +56,9 @@ COUNTERS = {
     "lagged_frames": ("counter", "lagged frames written.", "endpoint", ENDPOINTS),
     "replays": ("counter", "Stream openings by replay outcome.", "outcome", REPLAY_OUTCOMES),
     "heartbeats": ("counter", "Heartbeats written.", None, ()),
+    "heartbeats_blocked": ("counter", "Heartbeats that came due while their stream's bytes waited to leave (its "
+                           "client not reading): written once they left, one for several due, never counted as jitter.",
+                           None, ()),
     "worker_restarts": ("counter", "Worker processes the supervisor replaced.", None, ()),
     "exporter_restarts": ("counter", "Metrics exporters the supervisor replaced.", None, ()),
     "requests_refused": ("counter", "Requests the door refused (HTTP status, problem details), by reason; "
@@ -61,7 +73,8 @@ COUNTERS = {
 HISTOGRAMS = {
     "reader_lag_events": ("How many events behind the ring head a connection was at each write.",
                           "endpoint", ENDPOINTS, LAG_BUCKETS, 1),
-    "heartbeat_jitter_seconds": ("Actual minus scheduled heartbeat write time.",
+    "heartbeat_jitter_seconds": ("How late the worker's loop handed each heartbeat to its stream: the loop's "
+                                 "lateness alone (a client not reading counts in murgw_heartbeats_blocked_total).",
                                  None, ("",), JITTER_BUCKETS, MICRO),
     "loop_stall_seconds": (f"How late each worker's {PULSE_SECONDS:g} s stall pulse ran: "
                            "time its event loop went without a turn.", None, ("",), JITTER_BUCKETS, MICRO),

@@ -1,6 +1,8 @@
 """Hostile HTTP/2 clients (h2c prior knowledge on the plain port): a stream blocked on a shut
 flow-control window ends when its client leaves, whichever way it leaves (SECURITY.md: "a FIN
-or a reset from its client ends it at once")."""
+or a reset from its client ends it at once"); no input raises out of hypercorn (a burst of
+streams opened and reset, PRIORITY trees, heads it cannot read): each is answered with
+GOAWAY or RST_STREAM, and the worker's log has no traceback."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import h2.connection
 import h2.settings
 import pytest
 
+from gateway.worker.hypercorn.h2_limits import BURST
 from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
-from http_client import rpc_body
+from http_client import Http, rpc_body
 from sse_reading import watch
 
 WATCH = "murmur.WatchSession"
@@ -99,12 +102,16 @@ def test_security_claim_a_fin_or_a_reset_ends_a_stream_blocked_on_a_shut_http2_w
         assert rss_kib(worker) - before < FEW_MB, (before, rss_kib(worker))
 
 
+HEALTHZ = [(b":method", b"GET"), (b":path", b"/healthz"), (b":scheme", b"http"), (b":authority", b"127.0.0.1")]
+
+
 class PlainH2:
     """An h2c prior-knowledge connection that reads what the gateway sends, event by event."""
 
     def __init__(self, port: int):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False))
         self.conn.initiate_connection()
         self.sock.sendall(self.conn.data_to_send())
 
@@ -133,6 +140,23 @@ class PlainH2:
                 if isinstance(event, kind):
                     return seen
                 assert not isinstance(event, h2.events.StreamReset), event
+
+    def healthz(self) -> int:
+        """GET /healthz on a new stream: its status."""
+        stream_id = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream_id, HEALTHZ, end_stream=True)
+        self.sock.sendall(self.conn.data_to_send())
+        [head] = [e for e in self.until(h2.events.StreamEnded, stream_id) if isinstance(e, h2.events.ResponseReceived)]
+        return int(dict(head.headers)[b":status"])
+
+    def ending(self) -> h2.events.ConnectionTerminated:
+        """Read until the gateway's GOAWAY."""
+        while True:
+            data = self.sock.recv(65536)
+            assert data, "the connection closed with no GOAWAY"
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    return event
 
     def answered(self, method: str) -> int:
         """A whole request on a new stream: its status once its answer has ended."""
@@ -211,6 +235,94 @@ def test_security_claim_two_authorization_headers_are_refused_over_http2(gateway
         assert int(dict(head.headers)[b":status"]) == 400 and b"more than one Authorization header" in body
     finally:
         client.sock.close()
+
+
+def test_security_claim_a_burst_of_reset_streams_ends_its_connection_with_goaway(gateway):
+    """[claim: h2-no-traceback] 1,100 x (HEADERS GET /healthz with END_STREAM, RST_STREAM) in one write: more streams
+    than hypercorn's priority tree takes (1,000) before its sending task runs. The connection
+    ends with GOAWAY ENHANCE_YOUR_CALM and one warning line, no traceback, and the worker
+    serves on."""
+    client = PlainH2(gateway.port)
+    try:
+        assert client.healthz() == 200  # the connection is hypercorn's HTTP/2 before the burst
+        for _ in range(1100):
+            stream_id = client.conn.get_next_available_stream_id()
+            client.conn.send_headers(stream_id, HEALTHZ, end_stream=True)
+            client.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        client.sock.sendall(client.conn.data_to_send())
+        assert client.ending().error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+    finally:
+        client.sock.close()
+    assert Http(gateway.port).request("GET", "/readyz")[0] == 200
+    wait_for(lambda: BURST in gateway.stderr(), what="the burst's warning")
+    [line] = [rec for rec in gateway.logs() if rec.get("event") == BURST]
+    assert line["level"] == "warning" and line["streams_opened"] == 1100
+    assert "Traceback" not in gateway.stderr()
+
+
+def _priority_trees(conn: h2.connection.H2Connection, shape: str) -> None:
+    """PRIORITY frames for idle streams (odd ids from 1,001), as hypercorn took them into its
+    priority tree."""
+    ids = itertools.count(1001, 2)
+    if shape == "wide":  # 1,100 streams: more than the tree takes
+        for _ in range(1100):
+            conn.prioritize(next(ids), depends_on=0)
+    else:  # a chain, each stream on the one before: 990 deep, or 120 with its root then put on its leaf
+        chain = [next(ids)]
+        conn.prioritize(chain[0], depends_on=0)
+        for _ in range(990 if shape == "deep" else 120):
+            chain.append(next(ids))
+            conn.prioritize(chain[-1], depends_on=chain[-2])
+        if shape == "loop":
+            conn.prioritize(chain[0], depends_on=chain[-1])
+
+
+@pytest.mark.parametrize("shape", ["wide", "deep", "loop"])
+def test_security_claim_priority_signals_are_ignored(gateway, shape):
+    """[claim: h2-no-traceback] PRIORITY frames hypercorn's priority tree refused (too many streams), recursed on (a
+    chain deeper than Python's stack) or took for a loop (a reprioritization deeper than its
+    check): ignored (RFC 9113 §5.3.2), the connection serves on and no traceback is logged."""
+    client = PlainH2(gateway.port)
+    try:
+        _priority_trees(client.conn, shape)
+        client.sock.sendall(client.conn.data_to_send())
+        assert client.healthz() == 200
+    finally:
+        client.sock.close()
+    assert "Traceback" not in gateway.stderr()
+
+
+UNREADABLE_HEADS = {
+    "connect_without_path": [(b":method", b"CONNECT"), (b":authority", b"127.0.0.1:1")],
+    "non_ascii_method": [(b":method", b"G\xc3\x89T"), *HEALTHZ[1:]],
+    "non_ascii_path": [HEALTHZ[0], (b":path", b"/healthz\xc3\xa9"), *HEALTHZ[2:]],
+    "non_ascii_websocket_protocol": [(b":method", b"CONNECT"), (b":protocol", b"websocket"), *HEALTHZ[1:],
+                                     (b"sec-websocket-version", b"13"), (b"sec-websocket-protocol", b"\xc3\xa9")],
+    "non_ascii_websocket_extensions": [(b":method", b"CONNECT"), (b":protocol", b"websocket"), *HEALTHZ[1:],
+                                       (b"sec-websocket-version", b"13"), (b"sec-websocket-extensions", b"\xc3\xa9")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_HEADS))
+@pytest.mark.parametrize("then_reset", [False, True], ids=["alone", "reset_in_the_same_write"])
+def test_security_claim_a_head_hypercorn_cannot_read_resets_its_stream_alone(gateway, case, then_reset):
+    """[claim: h2-no-traceback] A malformed head (RFC 9113 §8.1.1) hypercorn failed on (its `:method`, `:path` or an
+    extended CONNECT's WebSocket field not ASCII, a CONNECT without `:path`): RST_STREAM
+    PROTOCOL_ERROR for that stream (none where the client reset it in the same write), the
+    connection serves on, no traceback."""
+    client = PlainH2(gateway.port)
+    try:
+        stream_id = client.conn.get_next_available_stream_id()
+        client.conn.send_headers(stream_id, UNREADABLE_HEADS[case], end_stream=True)
+        if then_reset:
+            client.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        client.sock.sendall(client.conn.data_to_send())
+        if not then_reset:
+            assert client.until(h2.events.StreamReset, stream_id)[-1].error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+        assert client.healthz() == 200
+    finally:
+        client.sock.close()
+    assert "Traceback" not in gateway.stderr()
 
 
 @pytest.fixture(scope="module")

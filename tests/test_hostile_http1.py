@@ -132,6 +132,27 @@ def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
         assert statuses(data) == [101], data
 
 
+UNUSABLE_H2C_SETTINGS = {
+    "not_base64": b"HTTP2-Settings: AAQ\r\n",
+    "not_a_settings_body": b"HTTP2-Settings: AAMAAABkAAAA\r\n",
+    "window_past_its_maximum": b"HTTP2-Settings: AASAAAAA\r\n",
+    "two_of_them": b"HTTP2-Settings: AAMAAABk\r\nHTTP2-Settings: AAMAAABk\r\n",
+    "none": b"",
+}
+
+
+def test_no_h2c_upgrade_on_settings_h2_cannot_apply(tmp_path):
+    """[claim: h2-no-traceback] --h2c-upgrade on, but the HTTP2-Settings is not one h2 can apply, or not exactly one
+    (RFC 7540 §3.2.1): answered over HTTP/1.1, never 101 and an upgraded connection that
+    failed with a traceback."""
+    with running_gateway("--h2c-upgrade", "on", workers=1, tmp_path=tmp_path) as gw:
+        for case, settings in UNUSABLE_H2C_SETTINGS.items():
+            request = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                       b"Upgrade: h2c\r\n" + settings + b"\r\n")
+            assert statuses(until_close(gw.port, request, half_close=True)) == [200], case
+        assert "Traceback" not in gw.stderr()
+
+
 def test_no_h2c_upgrade_where_http2_is_not_offered(tmp_path):
     """--h2c-upgrade on, but HTTP/2's guarantee does not hold (h2 left ALPN): no upgrade."""
     with running_gateway("--h2c-upgrade", "on", workers=1, env=PATHS["internals_moved"], tmp_path=tmp_path) as gw:

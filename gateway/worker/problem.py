@@ -7,13 +7,8 @@ built here: `content-type: application/problem+json`, and
 `{"type": "about:blank", "title": <reason phrase>, "status": <code>, "detail": <what was wrong>}`.
 The attachment endpoint's 404 and 405 stay empty, as the protocol's table says.
 
-The reason phrase is RFC 9110's, the same one the status line carries. `REFUSAL_REASONS`
-names each refusal the door counts (`murgw_requests_refused_total{reason=...}`): the door's
-and capacity's, and the answers to a request head no route sees (the front's and hypercorn's
-400, 431, 501, 505), never a JSON-RPC error (those count by code) nor a 503 for an
-unreachable sequencer or upstream (the gateway's trouble, not a refusal). A 400 for a head
-two readers could read two ways (door/head.py's `AMBIGUITIES`) counts as `AMBIGUOUS`, apart
-from a head that is merely malformed (`bad_request`).
+The reason phrase is RFC 9110's, the same one the status line carries. Which refusals count,
+and under which `reason`, is gateway/metrics.py's (`REFUSAL_REASONS`).
 """
 
 from __future__ import annotations
@@ -26,11 +21,6 @@ PROBLEM_TYPE = "application/problem+json"
 PROBLEM_HEAD = [(b"content-type", PROBLEM_TYPE.encode())]
 # RFC 9110 renamed these; Python before 3.13 still has the RFC 7231 phrases.
 RFC9110_PHRASES = {413: "Content Too Large", 416: "Range Not Satisfiable", 422: "Unprocessable Content"}
-REFUSAL_REASONS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
-                   405: "method_not_allowed", 408: "timeout", 413: "body_too_large", 431: "headers_too_large",
-                   501: "not_implemented", 503: "capacity", 505: "version_not_supported"}
-AMBIGUOUS = "ambiguous"  # a 400 for an ambiguous head (request smuggling's forms, two Authorization headers)
-REFUSAL_LABELS = (*REFUSAL_REASONS.values(), AMBIGUOUS)
 
 
 def reason_phrase(status: int) -> str:

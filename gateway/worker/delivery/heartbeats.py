@@ -4,8 +4,9 @@ Each stream is due at open + k x interval, never reset by events (spec "Heartbea
 heap holds (due, order, stream); one timer serves its earliest entry and fires at most once
 per HEARTBEAT_TICK_SECONDS, handing every stream then due to the hub (`on_due`). Streams open
 at scattered instants, and a timer per due time (thousands a second with 10,000 watchers)
-cost most of an idle worker: with the tick, a heartbeat is late by under a tick, and the
-delay past its due time is the jitter metric the hub records.
+cost most of an idle worker: with the tick, a heartbeat is late by under a tick. The delay
+past its due time when `on_due` runs is the loop's lateness alone, the jitter metric the hub
+records; a stream that writes it later (its client not reading) is the hub's to count apart.
 
 A closed stream is not removed from the heap: `on_due` answers False for it when it comes
 up, and it is dropped then.

@@ -285,7 +285,6 @@ class Hub:
         if noted.lagged_frames:
             counters.add("lagged_frames", noted.lagged_frames, label)
         if noted.beat_due is not None:
-            counters.observe("heartbeat_jitter_seconds", time.monotonic() - noted.beat_due)
             counters.add("heartbeats")
 
     def _count_batches(self) -> None:
@@ -296,8 +295,14 @@ class Hub:
             counters.observe("reader_lag_events", lag, WATCH_SESSION, takers)
 
     def _heartbeat_due(self, served: Served, due: float) -> bool:
+        """The heap hands the stream its heartbeat: how late that is, is the loop's jitter. A
+        stream whose client is not reading writes it once its sink drains: that wait is the
+        client's, counted apart (`heartbeats_blocked`), never as jitter."""
         if served.sink is None:
             return False  # closed: dropped from the heap
+        self.counters.observe("heartbeat_jitter_seconds", time.monotonic() - due)
+        if served.sink.blocked:
+            self.counters.add("heartbeats_blocked")
         served.beat_due = due
         self._write(served)
         return True
@@ -356,8 +361,8 @@ class Hub:
         came, opening.py): after the whole events already written, with no frame of its
         own. Its driver sees it ENDING before it gathers again; a parked one is resumed to
         see it now. One waiting for a reader that stopped reading would wait as long as that
-        reader: still open a heartbeat interval later, its connection is cut (DECISIONS: it
-        ends within one interval). A stream already ended so keeps its first reason."""
+        reader: still open a heartbeat interval later, its connection is cut (SECURITY.md:
+        it ends within one interval). A stream already ended so keeps its first reason."""
         if served.revoked is not None:
             return
         served.stream.move(END)

@@ -26,8 +26,9 @@
   (501), Content-Length with Transfer-Encoding (400) are refused with problem details and the
   connection closed, so nothing pipelined behind them is read. An absolute-form target
   (`POST http://host/`) is served as its origin form, its authority as Host (RFC 9112
-  §3.2.2). `Upgrade: h2c` is ignored (answered over HTTP/1.1) unless `--h2c-upgrade on`;
-  HTTP/2 prior knowledge (the `PRI *` preface) is served as before. Bytes after a request
+  §3.2.2). `Upgrade: h2c` is ignored (answered over HTTP/1.1) unless `--h2c-upgrade on`,
+  and then too unless the request carries one `HTTP2-Settings` h2 can apply (RFC 7540
+  §3.2.1): one it could not decode failed in hypercorn after its 101. HTTP/2 prior knowledge (the `PRI *` preface) is served as before. Bytes after a request
   that closes the connection (HTTP/1.0, `Connection: close`) are discarded, never read as a
   malformed request: two HTTP/1.0 requests in one write get the first answered, then the close.
 - **Every refusal counts.** Each of these answers (and hypercorn's own 400, 431 and 501)
@@ -45,8 +46,12 @@ from __future__ import annotations
 from weakref import WeakKeyDictionary
 
 import h11
+import h2.exceptions
 from h11._receivebuffer import ReceiveBuffer
+from h2.config import H2Configuration
+from h2.connection import H2Connection
 from hypercorn.events import Closed
+from hyperframe.exceptions import HyperframeError
 from hypercorn.protocol.h11 import H11Protocol
 
 from gateway.worker.door.head import line_problem, origin_form, request_problem
@@ -182,8 +187,21 @@ async def check_protocol(self: H11Protocol, event: h11.Request) -> None:
     refusal = request_problem(event.method, event.http_version, event.headers)
     if refusal is not None:
         _refusals[self] = refusal
-    elif getattr(self.config, "h2c_upgrade", False):
+    elif getattr(self.config, "h2c_upgrade", False) and _upgrade_settings_apply(event.headers):
         await _original_check_protocol(self, event)
+
+
+def _upgrade_settings_apply(headers) -> bool:
+    """Whether the head carries exactly one `HTTP2-Settings` and h2 can apply it, as the
+    upgraded connection would."""
+    values = [value for name, value in headers if name == b"http2-settings"]
+    if len(values) != 1:
+        return False
+    try:
+        H2Connection(H2Configuration(client_side=False)).initiate_upgrade_connection(values[0])
+    except (ValueError, HyperframeError, h2.exceptions.ProtocolError):  # base64, frame, setting
+        return False
+    return True
 
 
 async def create_stream(self: H11Protocol, request: h11.Request) -> None:

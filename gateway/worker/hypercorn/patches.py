@@ -14,9 +14,9 @@ Almost every row is a guarantee row (`guarantee` set): part of what the gateway 
 a path hypercorn serves, its HTTP/1.1 (`HTTP11`: the status line's reason phrase, a stream's
 end that closes its connection, a client's FIN on a stream, no ambiguous head served) and
 its HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream over the limit refused
-alone). serving.py checks every group before it installs any; where a guarantee's rows
-moved, the gateway stops offering what it cannot bound (HTTP/2, keep-alive inside
-hypercorn) rather than serving it unbounded. The two rows with no guarantee are
+alone, no client input raising out of hypercorn). serving.py checks every group before it
+installs any; where a guarantee's rows moved, the gateway stops offering what it cannot
+bound (HTTP/2, keep-alive inside hypercorn) rather than serving it unbounded. The two rows with no guarantee are
 http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
 implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back
 from them, so only tests/test_hypercorn_adapter.py checks them (`internals_problem`).
@@ -47,7 +47,7 @@ class Row(NamedTuple):
     owner: str  # "module:Class" or "module"
     name: str
     replacement: str | None  # "module:name" put in its place by `install`; None: followed only
-    against: str  # the library it reaches into: hypercorn, h11, h2, uvloop, or python (the standard library)
+    against: str  # the library it reaches into: hypercorn, h11, h2, priority, uvloop, or python (the standard library)
     named_in: str | None = None  # the owner's method whose code names `name` (set per instance, or handed on)
     guarantee: str | None = None  # HTTP11 or H2: what the gateway promises rests on it; None: speed only
 
@@ -102,6 +102,14 @@ TABLE = (
     Row(HC + "protocol.h2:H2Protocol", "_handle_events", ADAPTER + "h2_limits:handle_events", "hypercorn",
         guarantee=H2),
     Row(HC + "protocol.h2:H2Protocol", "streams", None, "hypercorn", "__init__", guarantee=H2),
+    # h2_limits.py: a burst the priority tree would refuse ends its connection with GOAWAY, PRIORITY
+    # signals ignored (no input raises out of hypercorn: hostile HTTP/2)
+    Row(HC + "protocol.h2:H2Protocol", "_priority_updated", ADAPTER + "h2_limits:priority_updated", "hypercorn",
+        guarantee=H2),
+    *(Row(HC + "protocol.h2:H2Protocol", name, None, "hypercorn", "__init__", guarantee=H2)
+      for name in ("priority", "client", "send")),
+    Row(HC + "protocol.h2:H2Protocol", "_flush", None, "hypercorn", guarantee=H2),
+    Row("priority:PriorityTree", "_maximum_streams", None, "priority", "__init__", guarantee=H2),
     # http/accept.py accepts with the call beneath socket.accept (no IntEnum reads a connection)
     # and hands each accepted socket to uvloop's own transport
     Row("socket:socket", "_accept", None, "python"),
