@@ -264,6 +264,8 @@ class Watcher(asyncio.Protocol):
                 self.last_key = max(self.last_key, key)
         elif keys:
             self.last_key = keys[-1]
+        if keys and not self.first_id_at:
+            self.first_id_at = time.monotonic()
         tally = self.tally
         for seq in map(int, NCHAN_SEQ.findall(block)):
             if self.last and seq <= self.last:
@@ -274,6 +276,8 @@ class Watcher(asyncio.Protocol):
                 if tally.measuring:
                     tally.events_lost += seq - self.last - 1
             self.last = seq
+        if self.last > tally.newest_id:
+            tally.newest_id = self.last
         return len(keys)
 
     def close(self) -> None:

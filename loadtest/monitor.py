@@ -1,7 +1,7 @@
 """What a load run is doing while it runs, and the samples its report draws (issue #43).
 
 Every command of the kit (bench, storm, crowd, openings, idle20k, soak, driver) keeps one
-`Monitor`: a thread that once a second samples each server it follows and shows one line of
+`Monitor`: a thread that twice a second samples each server it follows and shows one line of
 progress per server: the phase (starting, connecting, warmup, window, ...), watchers open of
 the target, events a second, failures so far, and the time left in the phase. Nothing is
 estimated; each figure is read from
@@ -146,6 +146,11 @@ class Followed:
             self._counts = Counts(self._counts)
         return self._counts
 
+    @counts.setter
+    def counts(self, counts: Counts | str | None) -> None:
+        """Follow other counts from now on (soak: a new driver each cycle)."""
+        self._counts = counts
+
 
 class Monitor:
     """Samples every followed server each `every` seconds and shows the progress (see above)."""
@@ -230,8 +235,9 @@ class Monitor:
                   "series": each.label, "system": each.system, "phase": self._phase}
         counts = each.counts.read() if each.counts is not None else None
         if counts is not None:
-            sample.update({key: counts[key] for key in COUNT_FIELDS}, latency_histogram=counts["latency_histogram"],
-                          client_phase=counts["phase"])
+            sample.update({key: counts[key] for key in COUNT_FIELDS}, latency_histogram=counts["latency_histogram"])
+            if counts["phase"] != "starting":
+                sample["phase"] = counts["phase"]
             sample["open"] = counts["opened"]
         if each.pid:
             family = procstat.tree(each.pid)
@@ -259,13 +265,16 @@ class Monitor:
         """(phase, open, target, the rest of the line) from the latest sample."""
         sample = each.last or {}
         counts = each.counts.read() if each.counts is not None else {}
-        phase = counts.get("phase") if counts.get("phase", "starting") != "starting" else self._phase
-        ends = counts.get("phase_ends")
-        left = (ends - time.time()) if ends else (self._phase_ends - time.monotonic() if self._phase_ends else None)
+        client = counts.get("phase", "starting") != "starting"
+        phase = counts["phase"] if client else self._phase
+        ours = self._phase_ends - time.monotonic() if self._phase_ends else None
+        left = (counts["phase_ends"] - time.time() if counts.get("phase_ends") else None) if client else ours
         target = counts.get("target") or self._target
         rest = f"{phase}  {each.rate:,.0f} ev/s  failed {sample.get('failed', 0) or 0:,}"
         if left is not None:
             rest += f"  {max(0.0, left):.0f} s left"
+        if client and ours is not None:  # the command's own phase, around the client's (soak's minutes)
+            rest += f"  ({self._phase}: {max(0.0, ours):.0f} s left)"
         return phase, int(sample.get("open") or 0), int(target or 0), rest
 
     def _show(self, followed: list[Followed]) -> None:
@@ -303,6 +312,29 @@ def report_dir(command: str, option: str | None) -> str | None:
     return option or os.path.join(OUT, f"{command}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
 
 
+def flatten(result: dict) -> dict:
+    """A command's JSON result as figure -> value: numbers, strings and booleans, nested dicts
+    named `outer.inner`; lists are left to run.json."""
+    flat = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), inner)
+        elif value is None or isinstance(value, (int, float, str, bool)):
+            flat[prefix] = value
+
+    walk("", result)
+    return flat
+
+
+def side_by_side(results: dict[str, dict]) -> dict:
+    """A table with a column per result (the gateway, each peer), a row per figure any has."""
+    flat = {name: flatten(result) for name, result in results.items()}
+    figures = list(dict.fromkeys(key for one in flat.values() for key in one))
+    return {"columns": list(results), "rows": [[key, *(one.get(key) for one in flat.values())] for key in figures]}
+
+
 def finish(monitor: Monitor, args, module: str, argv: list[str] | None, started: str, result,
            figures: dict | None = None, storm: bool = False) -> None:
     """With --report: the run's page, charts and run.json (loadtest/report.py); the table of
@@ -312,7 +344,7 @@ def finish(monitor: Monitor, args, module: str, argv: list[str] | None, started:
         return
     from loadtest import report  # matplotlib: only a run that draws needs it
     if figures is None:
-        figures = report.flat_figures(result)
+        figures = side_by_side({"value": result})
     path = report.write(directory, {"command": module, "command_line": report.command_line(module, argv),
                                     "started": started, "storm": storm, "figures": figures, "result": result,
                                     "samples": monitor.samples})

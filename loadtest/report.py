@@ -2,7 +2,7 @@
 
 `--report DIR` on every command of the kit ends here. The run is a dict: the command and its
 exact command line, when it started, its figures (`figures`: columns and rows, the table the
-command prints), its full result, and the samples `loadtest/monitor.py` took once a second of
+command prints), its full result, and the samples `loadtest/monitor.py` took twice a second of
 each server it followed. `write` keeps that as `run.json`, draws the charts with matplotlib
 (Agg, no display) as SVG files, and writes `index.html`: one self-contained page (each chart
 inlined as a data: image, the same bytes as its file) with the table, the command line, the
@@ -58,9 +58,10 @@ def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[flo
 
 
 def per_second(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
-    """A counter's rate over each interval between two samples (drawn at the interval's end)."""
+    """A counter's rate over each interval between two samples (drawn at the interval's end);
+    an interval where it went back (a new client's counts: soak's next cycle) is left out."""
     xs, ys = of(samples, label, key)
-    pairs = [(x1, (y1 - y0) / (x1 - x0)) for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]) if x1 > x0]
+    pairs = [(x1, (y1 - y0) / (x1 - x0)) for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]) if x1 > x0 and y1 >= y0]
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
@@ -201,22 +202,6 @@ def fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return str(value)
-
-
-def flat_figures(result: dict, skip: tuple = ()) -> dict:
-    """A one-column table from a command's JSON result: numbers, strings and booleans,
-    nested dicts named `outer.inner`; lists are left to run.json."""
-    rows = []
-
-    def walk(prefix: str, value) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), inner)
-        elif value is None or isinstance(value, (int, float, str, bool)):
-            rows.append([prefix, value])
-
-    walk("", {k: v for k, v in result.items() if k not in skip})
-    return {"columns": ["value"], "rows": rows}
 
 
 def machine() -> dict:
