@@ -392,7 +392,8 @@ def plan(args) -> list[tuple[str, int, float, int, str]]:
         for scenario, watchers, rate in (("small", args.small, args.rate), ("large", args.large, args.rate),
                                          ("idle", args.idle, 0.0)):
             for system in order:
-                runs.append((system, watchers, rate, args.workers, scenario))
+                workers = args.nginx_workers if system == "nchan" and args.nginx_workers else args.workers
+                runs.append((system, watchers, rate, workers, scenario))
             if scenario == "large" and args.workers > 1:
                 runs.append(("gateway", watchers, rate, 1, "large-1worker"))
     return runs
@@ -543,7 +544,7 @@ def main(argv=None) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the servers inherit it
     ensure_nchan()
     ensure_uvicorn()
-    with monitor.Monitor("bench", quiet=args.quiet) as watching:
+    with monitor.Monitor("bench", quiet=args.quiet, plain_every=args.progress_every) as watching:
         started_at, reports = monitor.utc_now(), run_plan(args, watching)
     table = summarise(reports, args)
     monitor.finish(watching, args, "loadtest.bench", argv, started_at, reports, figures(table))

@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = monitor.utc_now()
     reports = {}
-    with monitor.Monitor("crowd", quiet=args.quiet) as watching:
+    with monitor.Monitor("crowd", quiet=args.quiet, plain_every=args.progress_every) as watching:
         for system in args.server:
             reports[system] = one_server(args, system, watching)
             sys.stdout.write(orjson.dumps(reports[system]).decode() + "\n")

@@ -560,7 +560,7 @@ def main(argv=None) -> int:
         report = run(args)
     else:
         args.counts = tempfile.mkdtemp(prefix="driver-") + "/counts"
-        with monitor.Monitor("driver", quiet=args.quiet) as watching:
+        with monitor.Monitor("driver", quiet=args.quiet, plain_every=args.progress_every) as watching:
             with watching.following(args.label or "server", pid=args.server_pid, metrics_port=args.metrics_port,
                                     counts=args.counts, system="gateway" if args.dialect == "murmur" else "nchan"):
                 report = run(args)

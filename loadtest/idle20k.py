@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = monitor.utc_now()
     with tempfile.TemporaryDirectory(prefix="idle20k-") as tmp, \
-            monitor.Monitor("idle20k", quiet=args.quiet) as watching:
+            monitor.Monitor("idle20k", quiet=args.quiet, plain_every=args.progress_every) as watching:
         args.counts = os.path.join(tmp, "counts")
         result = run(args, watching)
     print(orjson.dumps(result).decode(), flush=True)

@@ -157,6 +157,7 @@ class Monitor:
 
     def __init__(self, command: str, quiet: bool = False, every: float = 0.5, plain_every: float = 5.0,
                  stream=None):
+        """`command` names its lines; `every` the seconds between samples, `plain_every` between plain lines."""
         self.command, self.quiet, self.every, self.plain_every = command, quiet, every, plain_every
         self.stream = stream or sys.stderr
         self.started = time.monotonic()
@@ -303,6 +304,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="write the run's page (index.html), its charts (SVG) and run.json to DIR "
                              "(default with no DIR: loadtest/out/COMMAND-TIME/)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
+                        help="when stderr is no terminal: a plain progress line this often (default 5)")
 
 
 def report_dir(command: str, option: str | None) -> str | None:

@@ -116,7 +116,7 @@ def main(argv=None) -> None:
     systems = args.systems.split(",")
     runs = []
     started = monitor.utc_now()
-    with monitor.Monitor("openings", quiet=args.quiet) as watching:
+    with monitor.Monitor("openings", quiet=args.quiet, plain_every=args.progress_every) as watching:
         for repeat in range(args.repeats):
             for system in systems[repeat % len(systems):] + systems[:repeat % len(systems)]:
                 run = one_run(args, system, watching, f"{system} #{repeat + 1}")

@@ -85,6 +85,8 @@ def latency(samples: list[dict], label: str, q: float) -> tuple[list[float], lis
     bounds = [*LATENCY_BOUNDS_MS, LATENCY_BOUNDS_MS[-1] * 2]
     out = []
     for x, h0, h1 in zip(xs[1:], hists, hists[1:]):
+        if any(b < a for a, b in zip(h0, h1)):  # a new client's counts (soak's next cycle)
+            continue
         value = quantile([b - a for a, b in zip(h0, h1)], bounds, q)
         if value is not None:
             out.append((x, value))

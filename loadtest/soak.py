@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from gateway import procstat
 from loadtest import monitor
@@ -83,6 +84,20 @@ def sample(supervisor: int) -> dict:
             "shm_bytes": shm_bytes(supervisor), "processes": len(pids)}
 
 
+def ready(port: int, gateway: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait (bounded) until the gateway answers /readyz: its workers serve."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gateway.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {gateway.returncode}")
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the gateway was not ready within {timeout} s")
+
+
 def cycle(port: int, supervisor: int, args, counts: str) -> dict:
     cmd = [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{port}/",
            "--watchers", str(args.watchers), "--duration", str(args.cycle - args.warmup - 2),
@@ -94,7 +109,7 @@ def cycle(port: int, supervisor: int, args, counts: str) -> dict:
 
 
 def mean(rows: list[dict], key: str) -> float:
-    values = [row[key] for row in rows if key in row]
+    values = [row[key] for row in rows if row.get(key) is not None]  # a failed cycle has no figures
     return round(sum(values) / len(values), 1) if values else 0.0
 
 
@@ -121,10 +136,11 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="soak-")
     counts = os.path.join(tmp, "counts")
     try:
-        with monitor.Monitor("soak", quiet=args.quiet) as watching, \
+        with monitor.Monitor("soak", quiet=args.quiet, plain_every=args.progress_every) as watching, \
                 watching.following("gateway", pid=gateway.pid, metrics_port=metrics_port) as followed:
             watching.phase("starting", args.minutes * 60, args.watchers)
-            time.sleep(3)
+            ready(port, gateway)
+            started = time.monotonic()  # the soak's minutes count from a serving gateway
             rows = cycles(args, port, gateway.pid, counts, started, watching, followed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -164,7 +180,8 @@ def cycles(args, port: int, supervisor: int, counts: str, started: float, watchi
                      "events_lost": report.get("events_lost"),
                      "unexplained_holes": report.get("unexplained_holes"),
                      "order_violations": report.get("order_violations"),
-                     "latency_p99_ms": report.get("latency_ms", {}).get("p99")})
+                     "latency_p99_ms": report.get("latency_ms", {}).get("p99"),
+                     **({"error": report["error"]} if "error" in report else {})})
         if not args.quiet:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows

@@ -494,7 +494,7 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="storm-")
     args.counts = os.path.join(tmp, "counts")
     try:
-        with monitor.Monitor("storm", quiet=args.quiet) as watching:
+        with monitor.Monitor("storm", quiet=args.quiet, plain_every=args.progress_every) as watching:
             watching.phase("starting", target=args.watchers)
             if args.url:
                 with watching.following("gateway storm", pid=args.server_pid, counts=args.counts):
