@@ -391,6 +391,8 @@ def plan(args) -> list[tuple[str, int, float, int, str]]:
         order = SYSTEMS[repeat % 3:] + SYSTEMS[:repeat % 3]
         for scenario, watchers, rate in (("small", args.small, args.rate), ("large", args.large, args.rate),
                                          ("idle", args.idle, 0.0)):
+            if args.scenario and scenario not in args.scenario:
+                continue
             for system in order:
                 workers = args.nginx_workers if system == "nchan" and args.nginx_workers else args.workers
                 runs.append((system, watchers, rate, workers, scenario))
@@ -531,6 +533,8 @@ def main(argv=None) -> int:
     p.add_argument("--run-timeout", type=float, default=180.0)
     p.add_argument("--deadline", type=float, default=1200.0, help="stop starting runs after this many seconds")
     p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
+    p.add_argument("--scenario", choices=("small", "large", "idle"), action="append",
+                   help="run only these scenarios (the ladder is --ladder's)")
     p.add_argument("--json", help="write every run's report here (e.g. under loadtest/out/)")
     p.add_argument("--table", help="print the table of a saved --json file (same flags) instead of running")
     monitor.add_options(p)

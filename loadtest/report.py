@@ -222,7 +222,7 @@ def _run_text(cmd: list[str]) -> str | None:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return (out.stdout + out.stderr).strip() or None if out.returncode == 0 else None
+    return ((out.stdout + out.stderr).strip() or None) if out.returncode == 0 else None
 
 
 def versions() -> dict:

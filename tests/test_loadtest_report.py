@@ -54,7 +54,7 @@ def commands(gateway, csse: str | None, out) -> dict[str, list[str]]:
                    "--duration", "3", "--warmup", "0.5", "--procs", "1", "--server-pid", str(gateway.pid),
                    "--metrics-port", str(gateway.metrics_port), "--progress-every", "0.5"],
         "bench": ["loadtest.bench", *(["--only", "gateway", "--only", "nchan"] if peers else ["--only", "gateway"]),
-                  "--small", "100", "--large", "200", "--idle", "100", "--duration", "1.5", "--idle-duration", "0.5",
+                  "--scenario", "large", "--large", "200", "--duration", "1.5",
                   "--warmup", "0.3", "--ladder", "0", "--rate", "20", "--workers", "1", "--nginx-workers", "2", "--procs", "1",
                   "--json", str(out / "bench.json"), "--quiet"],
         "storm": ["loadtest.storm", "--watchers", "300", "--workers", "2", "--rate", "20", "--events-before", "40",
@@ -170,7 +170,7 @@ def expected_columns(run) -> dict[str, dict]:
     lines = json_lines(run)
     command = run.argv[0]
     if command == "loadtest.bench":
-        args = types.SimpleNamespace(small=100, large=200, idle=100, workers=1)
+        args = types.SimpleNamespace(small=1000, large=200, idle=10000, workers=1)  # bench's defaults but --large
         table = bench.summarise(orjson.loads((run.out / "bench.json").read_bytes()), args)
         return {system: {f: v for f, v in table[system].items()} for system in bench.SYSTEMS}
     if command == "loadtest.storm" and "peers" in lines[-1]:
