@@ -130,7 +130,6 @@ class Followed:
                  counts: Counts | str | None = None, system: str = ""):
         self.label, self.pid, self.metrics_port, self.nchan_port = label, pid, metrics_port, nchan_port
         self._counts, self.system = counts, system or label.split()[0]
-        self.started = time.monotonic()
         self.last: dict | None = None
         self.rate = 0.0
 
@@ -232,8 +231,7 @@ class Monitor:
 
     def _sample(self, each: Followed) -> None:
         now = time.monotonic()
-        sample = {"t": round(now - self.started, 3), "since_start": round(now - each.started, 3),
-                  "series": each.label, "system": each.system, "phase": self._phase}
+        sample = {"t": round(now - self.started, 3), "series": each.label, "system": each.system, "phase": self._phase}
         counts = each.counts.read() if each.counts is not None else None
         if counts is not None:
             sample.update({key: counts[key] for key in COUNT_FIELDS}, latency_histogram=counts["latency_histogram"])

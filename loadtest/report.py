@@ -8,8 +8,8 @@ each server it followed. `write` keeps that as `run.json`, draws the charts with
 inlined as a data: image, the same bytes as its file) with the table, the command line, the
 machine (cores, kernel, Python) and the versions.
 
-Every series is drawn against the seconds since its own server started, so the gateway and
-each peer of the same run (nginx+nchan, the naive baseline) share a chart:
+Every series is drawn against the seconds since its own clients began (`origin`), so the
+gateway and each peer of the same run (nginx+nchan, the naive baseline) share a chart:
 
 - ramp.svg: watchers open (the client's count, else the server's) and failures;
 - deliveries.svg: deliveries a second (the client's, else the gateway's counter);
@@ -51,10 +51,19 @@ def labels(samples: list[dict]) -> list[str]:
     return list(dict.fromkeys(sample["series"] for sample in samples))
 
 
+def origin(samples: list[dict], label: str) -> float:
+    """When `label`'s clients began (its first sample past "starting"), on the run's clock:
+    every series is drawn from there, so servers that took longer to start (or a storm's
+    gateway filling its buffer at the load's rate) line up with their peers."""
+    mine = [s for s in samples if s["series"] == label]
+    return next((s["t"] for s in mine if s["phase"] != "starting"), mine[0]["t"] if mine else 0.0)
+
+
 def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
-    """(seconds since the server started, value) for each sample of `label` that has `key`."""
+    """(seconds since the clients began, value) for each sample of `label` that has `key`."""
+    zero = origin(samples, label)
     rows = [s for s in samples if s["series"] == label and s.get(key) is not None]
-    return [s["since_start"] for s in rows], [s[key] for s in rows]
+    return [round(s["t"] - zero, 3) for s in rows], [s[key] for s in rows]
 
 
 def per_second(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
@@ -139,7 +148,7 @@ def replayed(samples: list[dict], label: str) -> tuple[list[float], list[float],
 def _axes(title: str, ylabel: str):
     fig, ax = plt.subplots()
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("seconds since the server started")
+    ax.set_xlabel("seconds since the clients began (before 0: the server starting)")
     ax.set_ylabel(ylabel)
     return fig, ax
 
@@ -313,3 +322,20 @@ def write(directory: str, run: dict) -> str:
 def command_line(module: str, argv: list[str] | None) -> str:
     """The exact command as typed: `python -m MODULE ARGS`."""
     return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Draw a kept run again: `python -m loadtest.report RUN_JSON DIR` (its figures, samples,
+    command line, machine and versions as recorded; the charts as this module draws them now)."""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__.split("\n", 1)[0])
+    p.add_argument("run_json", help="a run.json that --report wrote")
+    p.add_argument("directory", help="where the page and its charts go")
+    args = p.parse_args(argv)
+    with open(args.run_json, "rb") as fh:
+        print(write(args.directory, orjson.loads(fh.read())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -280,20 +280,23 @@ def test_the_charts_plot_the_recorded_samples(runs):
     figures = report.charts(samples)
     label = samples[0]["series"]
     mine = [s for s in samples if s["series"] == label]
-    assert plotted(figures["ramp"], label) == [(s["since_start"], s["open"]) for s in mine]
-    assert plotted(figures["ramp"], label + " failed") == [(s["since_start"], s["failed"]) for s in mine]
+    began = next(s["t"] for s in mine if s["phase"] != "starting")  # x: seconds since the clients began
+    for s in mine:
+        s["x"] = round(s["t"] - began, 3)
+    assert plotted(figures["ramp"], label) == [(s["x"], s["open"]) for s in mine]
+    assert plotted(figures["ramp"], label + " failed") == [(s["x"], s["failed"]) for s in mine]
     assert plotted(figures["deliveries"], label) == interval_rates(
-        [s["since_start"] for s in mine], [s["deliveries"] for s in mine])
-    assert plotted(figures["cpu"], label) == interval_rates([s["since_start"] for s in mine],
+        [s["x"] for s in mine], [s["deliveries"] for s in mine])
+    assert plotted(figures["cpu"], label) == interval_rates([s["x"] for s in mine],
                                                             [s["cpu_s"] for s in mine])
-    assert plotted(figures["rss"], label) == [(s["since_start"], s["rss_kib"] / 1024) for s in mine]
+    assert plotted(figures["rss"], label) == [(s["x"], s["rss_kib"] / 1024) for s in mine]
     p99 = []
     for before, after in zip(mine, mine[1:]):  # every timed delivery of the interval, by its bucket
         timed = [bound for bound, a, b in zip([*monitor.LATENCY_BOUNDS_MS, monitor.LATENCY_BOUNDS_MS[-1] * 2],
                                               before["latency_histogram"], after["latency_histogram"])
                  for _ in range(b - a)]
         if timed:
-            p99.append((after["since_start"], timed[math.ceil(0.99 * len(timed)) - 1]))
+            p99.append((after["x"], timed[math.ceil(0.99 * len(timed)) - 1]))
     assert p99 and plotted(figures["latency"], label + " p99") == p99
     assert max(y for _, y in plotted(figures["ramp"], label)) == 200
     for figure in figures.values():
