@@ -546,8 +546,10 @@ def main(argv=None) -> int:
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the servers inherit it
-    ensure_nchan()
-    ensure_uvicorn()
+    if not args.only or "nchan" in args.only:  # only what runs: `--only gateway` installs nothing
+        ensure_nchan()
+    if not args.only or "naive" in args.only:
+        ensure_uvicorn()
     with monitor.Monitor("bench", quiet=args.quiet, plain_every=args.progress_every) as watching:
         started_at, reports = monitor.utc_now(), run_plan(args, watching)
     table = summarise(reports, args)

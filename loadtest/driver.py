@@ -26,6 +26,12 @@ is open and lasts `--duration` seconds; server CPU and RSS come from the process
 `--server-pid`. Every loop is bounded: connections, the ramp (`--connect-timeout`), and the
 window.
 
+While it runs, each client process publishes its tally (opened, failed, deliveries, lost, a
+latency histogram) to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
+it is in: the driver shows them as progress on stderr (`--quiet`: none), or, with `--counts
+PATH`, a parent command (bench, soak) reads them and the driver shows nothing. `--report DIR`
+writes the run's page and charts (`loadtest/report.py`).
+
     python -m loadtest.driver --url http://127.0.0.1:52222/ --watchers 1000 --duration 10
 """
 

@@ -18,6 +18,13 @@ the kernel's listen-queue counters (`nstat`) before and after.
 
     python -m loadtest.storm --watchers 5000 --workers 2 --rate 10
 
+`--peer nchan` runs the same storm against nginx+nchan afterwards, in the same report: its
+buffer prefilled with `--events-before` messages, every watcher replaying it whole from its
+`/replay` location (`nchan_subscriber_first_message oldest`; nchan cannot resume by number),
+its ids checked by the publisher's sequence numbers. While the storm runs, the progress shows
+the watchers open and those whose replay is complete (the clients' own counts); `--report DIR`
+draws them against time, with the events lost to lag and the gateway's heartbeat jitter.
+
 With `--csse PATH` the storm is the issue #25 one instead: a full ring from a
 `/scenario burst n=--burst` task, then `--watchers` streams opened at once by the C reader
 (`PATH`, built from the csse tool with its build.sh) with `Last-Event-ID: 0`, ids checked
