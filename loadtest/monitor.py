@@ -196,8 +196,7 @@ class Monitor:
         self._sample(followed)  # its last figures
         with self._lock:
             self.followed.remove(followed)
-        if self._rich is not None and followed.label in self._tasks:
-            self._rich.remove_task(self._tasks.pop(followed.label))
+        self._show([followed], last=True)  # its outcome stays on a terminal, and a pipe gets it too
 
     @contextlib.contextmanager
     def following(self, label: str, **how):
@@ -260,8 +259,8 @@ class Monitor:
         with self._lock:
             self.samples.append(sample)
 
-    def _status(self, each: Followed) -> tuple[str, int, int, str]:
-        """(phase, open, target, the rest of the line) from the latest sample."""
+    def _status(self, each: Followed) -> tuple[int, int, str]:
+        """(open, target, the rest of the line: phase, events/s, failures, time left) now."""
         sample = each.last or {}
         counts = each.counts.read() if each.counts is not None else {}
         client = counts.get("phase", "starting") != "starting"
@@ -274,24 +273,27 @@ class Monitor:
             rest += f"  {max(0.0, left):.0f} s left"
         if client and ours is not None:  # the command's own phase, around the client's (soak's minutes)
             rest += f"  ({self._phase}: {max(0.0, ours):.0f} s left)"
-        return phase, int(sample.get("open") or 0), int(target or 0), rest
+        return int(sample.get("open") or 0), int(target or 0), rest
 
-    def _show(self, followed: list[Followed]) -> None:
+    def _show(self, followed: list[Followed], last: bool = False) -> None:
+        """Update the rich display, or print a plain line each `plain_every` seconds (and a
+        server's `last` one as it is let go)."""
         if self.quiet:
             return
         if self._rich is not None:
             for each in followed:
-                _, opened, target, rest = self._status(each)
+                opened, target, rest = self._status(each)
                 if each.label not in self._tasks:
                     self._tasks[each.label] = self._rich.add_task(each.label, total=max(target, 1), rest="")
                 self._rich.update(self._tasks[each.label], completed=opened, total=max(target, opened, 1), rest=rest)
             return
         now = time.monotonic()
-        if now - self._printed < self.plain_every:
+        if now - self._printed < self.plain_every and not last:
             return
-        self._printed = now
+        if not last:
+            self._printed = now
         for each in followed:
-            _, opened, target, rest = self._status(each)
+            opened, target, rest = self._status(each)
             print(f"[{self.command} {now - self.started:5.0f}s] {each.label}: open {opened:,}/{target:,}  {rest}",
                   file=self.stream, flush=True)
 

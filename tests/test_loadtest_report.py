@@ -10,14 +10,17 @@ and the charts' series equal to the recorded samples. No timing is asserted.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import os
+import pty
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import types
 
 import orjson
@@ -230,6 +233,34 @@ def test_a_non_terminal_run_prints_plain_progress_lines_with_the_open_count(runs
     lines = re.findall(r"^\[driver +\d+s\] .*?: open (\d+)/(\d+) ", runs["driver"].stderr, re.M)
     assert lines, runs["driver"].stderr[-2000:]
     assert ("200", "200") in lines  # every watcher open, read from the client's own counts
+
+
+def test_a_terminal_gets_the_rich_progress(gateway):
+    """stderr a terminal (a pty): rich's bar with the open count, no plain lines."""
+    master, terminal = pty.openpty()
+    shown = []
+
+    def drain():
+        with contextlib.suppress(OSError):  # EIO once the driver has closed its end
+            while chunk := os.read(master, 65536):
+                shown.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/", "--watchers", "50",
+             "--duration", "1", "--warmup", "0.3", "--procs", "1", "--label", "terminal-run"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, env={**os.environ, "COLUMNS": "200"},
+            timeout=RUN_TIMEOUT)
+    finally:
+        os.close(terminal)
+        reader.join(10)
+        os.close(master)
+    assert proc.returncode == 0
+    text = b"".join(shown).decode(errors="replace")
+    assert re.search(r"terminal-run .*50/50 open", text), text[-2000:]
+    assert "[driver" not in text
 
 
 @pytest.mark.parametrize("name", ["bench", "storm", "idle20k", "soak"])
