@@ -345,10 +345,20 @@ def drive(args, server, watchers: int, rate: float, label: str, counts: str) -> 
            "--sample-every", str(max(1, watchers // args.timed_per_event)),
            "--heartbeat-interval", str(args.heartbeat_interval), "--server-pid", str(server.proc.pid),
            "--label", label]
-    out = subprocess.run(pinned(cmd, args.client_cpus), cwd=ROOT, capture_output=True, text=True, timeout=args.run_timeout)
-    if out.returncode != 0 and not out.stdout.strip():
-        raise RuntimeError(f"driver failed on {label}: {out.stderr[-2000:]}")
-    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    # In a session of its own: a client that overruns is killed with the processes it forked
+    # (the driver's clients would outlive their parent, holding their connections).
+    client = subprocess.Popen(pinned(cmd, args.client_cpus), cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = client.communicate(timeout=args.run_timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(client.pid, signal.SIGKILL)
+        client.communicate()
+        raise
+    if client.returncode != 0 and not stdout.strip():
+        raise RuntimeError(f"driver failed on {label}: {stderr[-2000:]}")
+    report = orjson.loads(stdout.strip().splitlines()[-1])
     report["rate"] = rate
     return report
 
