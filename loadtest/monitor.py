@@ -52,7 +52,6 @@ class Counts:
         if slots:
             with open(path, "wb") as fh:
                 fh.write(bytes(_HEADER.size + slots * _SLOT.size))
-        self.path = path
         with open(path, "r+b") as fh:
             self.map = mmap.mmap(fh.fileno(), 0)
         self.slots = (len(self.map) - _HEADER.size) // _SLOT.size
