@@ -9,10 +9,12 @@ machine lands on all of them alike. The systems:
   `--sim-load RATE --sim-load-size SIZE`; `/metrics` is scraped for its own heartbeat
   jitter histogram.
 - **nchan**: nginx + libnginx-mod-nchan (installed with apt-get when absent), loopback
-  only, one worker per core, `nchan_message_buffer_length 512`, the EventSource subscriber
-  endpoint; the publisher below POSTs the gateway's load event bytes (`loadtest/wire.py`)
+  only, one worker per core (several share the port with `reuseport`, or connections pile
+  onto one worker), `nchan_message_buffer_length 512`, the EventSource subscriber endpoint
+  (and `/replay`, which hands a new subscriber the whole buffer: `nchan_subscriber_first_message
+  oldest`, for the storm), its `nchan_stub_status` at `/nchan_status`; the publisher below POSTs the gateway's load event bytes (`loadtest/wire.py`)
   at the same rate, numbered so the driver can see a lost message.
-- **naive**: `loadtest/baselines/naive.py` (Starlette + uvicorn, one process, one
+- **naive**: `loadtest.naive.py` (Starlette + uvicorn, one process, one
   asyncio.Queue(maxsize=128) a connection).
 
 Pinning and clients (the fair figure on a small machine): `--server-cpus 0` runs every
@@ -31,7 +33,9 @@ jitter at the large count, 2 workers against 1, and the highest rate each system
 at the small count: the rate doubles from `--rate` (`--ladder` steps) until a run loses an
 event or delivers under 95% of what was offered (`sustained`). Client and server share the machine:
 the client's CPU is reported beside the server's. Prints a markdown table and the ratios;
-`--json` keeps every run. Bounded: every run has a fixed window, and the whole bench a
+`--json` keeps every run, `--table FILE` prints a kept file's table again. Progress on stderr
+(`loadtest/monitor.py`), `--report DIR` the page with the charts, every system of the run in
+them (`loadtest/report.py`). Bounded: every run has a fixed window, and the whole bench a
 deadline (`--deadline`).
 
     python -m loadtest.bench                      # the default bench (about 10 minutes)
@@ -67,7 +71,7 @@ sys.path.insert(0, ROOT)
 
 from gateway import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
-from loadtest import wire  # noqa: E402
+from loadtest import monitor, wire  # noqa: E402
 
 PYTHON = sys.executable
 NCHAN_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
@@ -204,7 +208,8 @@ http {{
   scgi_temp_path {dir}/scgi;
   nchan_shared_memory_size 256M;
   server {{
-    listen 127.0.0.1:{port} backlog=4096;
+    listen 127.0.0.1:{port} backlog=4096{reuseport};
+    location = /nchan_status {{ nchan_stub_status; }}
     location = /pub {{
       nchan_publisher http;
       nchan_channel_id load;
@@ -218,18 +223,27 @@ http {{
       nchan_eventsource_ping_interval {heartbeat};
       nchan_eventsource_ping_comment heartbeat;
     }}
+    location = /replay {{
+      nchan_subscriber eventsource;
+      nchan_channel_id load;
+      nchan_subscriber_first_message oldest;
+      nchan_eventsource_ping_interval {heartbeat};
+      nchan_eventsource_ping_comment heartbeat;
+    }}
   }}
 }}
 """
 
-    def __init__(self, args, rate: float, workers: int):
+    def __init__(self, args, rate: float, workers: int, prefill: int = 0):
         ensure_nchan()
-        self.args = args
+        self.args, self.prefill = args, prefill
         self.port, self.rate, self.size = free_port(), rate, args.size
+        self.metrics_port = None
         self.url = f"http://127.0.0.1:{self.port}/sub"
         self.dir = tempfile.mkdtemp(prefix="bench-nchan-")
         with open(os.path.join(self.dir, "nginx.conf"), "w") as fh:
             fh.write(self.CONF.format(module=NCHAN_MODULE, workers=workers, dir=self.dir, port=self.port,
+                                      reuseport=" reuseport" if workers > 1 else "",
                                       nofile=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
                                       heartbeat=max(1, round(args.heartbeat_interval))))
         self.publisher: Publisher | None = None
@@ -239,39 +253,50 @@ http {{
         self.proc = subprocess.Popen(pinned(nginx, self.args.server_cpus),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.proc)
-        if self.rate > 0:
+        if self.rate > 0 or self.prefill:
             self.publisher = Publisher(self.port, self.rate, self.size)
+            self.publisher.prefill(self.prefill)
+        if self.rate > 0:
             self.publisher.start()
         return self
 
     def __exit__(self, *exc):
         if self.publisher is not None:
-            self.publisher.stop()
+            self.publisher.stop() if self.publisher.is_alive() else self.publisher.conn.close()
         stop(self.proc, signal.SIGQUIT)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Publisher(threading.Thread):
-    """POSTs the load event to nchan's publisher location at `rate` a second, keep-alive."""
+    """POSTs the load event to nchan's publisher location at `rate` a second, keep-alive,
+    numbered from 1 on; `prefill` messages are posted at once before it (the buffer a
+    replaying subscriber is handed)."""
 
     def __init__(self, port: int, rate: float, size: int):
         super().__init__(daemon=True)
         self.port, self.rate, self.size = port, rate, size
         self.stopping = threading.Event()
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        self.sent = 0
+
+    def post(self) -> None:
+        self.sent += 1
+        body = sse.rpc_prefix(b"1") + wire.load_result(self.size, seq=self.sent) + b"}"
+        self.conn.request("POST", "/pub", body, {"Content-Type": "application/json"})
+        self.conn.getresponse().read()
+
+    def prefill(self, count: int) -> None:
+        for _ in range(count):
+            self.post()
 
     def run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        prefix = sse.rpc_prefix(b"1")
-        started, sent = time.monotonic(), 0
+        started, first = time.monotonic(), self.sent
         while not self.stopping.is_set():
-            due = int((time.monotonic() - started) * self.rate) - sent
+            due = int((time.monotonic() - started) * self.rate) - (self.sent - first)
             for _ in range(max(0, due)):
-                sent += 1
-                body = prefix + wire.load_result(self.size, seq=sent) + b"}"
-                conn.request("POST", "/pub", body, {"Content-Type": "application/json"})
-                conn.getresponse().read()
+                self.post()
             self.stopping.wait(min(0.01, 1.0 / self.rate))
-        conn.close()
+        self.conn.close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -286,7 +311,8 @@ class Naive(ServerProcess):
         self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.cmd = [PYTHON, "-m", "loadtest.baselines.naive", "--port", str(self.port), "--rate", str(rate),
+        self.metrics_port = None
+        self.cmd = [PYTHON, "-m", "loadtest.naive", "--port", str(self.port), "--rate", str(rate),
                     "--size", str(args.size), "--heartbeat-interval", str(args.heartbeat_interval)]
 
 
@@ -311,32 +337,57 @@ def ensure_uvicorn() -> None:
 
 # --- runs ---
 
-def drive(args, server, watchers: int, rate: float, label: str) -> dict:
-    cmd = shlex.split(args.client) + ["--url", server.url, "--dialect", server.dialect,
+def drive(args, server, watchers: int, rate: float, label: str, counts: str) -> dict:
+    cmd = shlex.split(args.client) + ["--url", server.url, "--dialect", server.dialect, "--counts", counts,
            "--watchers", str(watchers), "--procs", str(args.procs), "--warmup", str(args.warmup),
            "--duration", str(args.duration if rate else args.idle_duration),
            "--connect-timeout", str(args.connect_timeout),
            "--sample-every", str(max(1, watchers // args.timed_per_event)),
            "--heartbeat-interval", str(args.heartbeat_interval), "--server-pid", str(server.proc.pid),
            "--label", label]
-    out = subprocess.run(pinned(cmd, args.client_cpus), cwd=ROOT, capture_output=True, text=True, timeout=args.run_timeout)
-    if out.returncode != 0 and not out.stdout.strip():
-        raise RuntimeError(f"driver failed on {label}: {out.stderr[-2000:]}")
-    report = orjson.loads(out.stdout.strip().splitlines()[-1])
+    # In a session of its own: a client that overruns is killed with the processes it forked
+    # (the driver's clients would outlive their parent, holding their connections).
+    client = subprocess.Popen(pinned(cmd, args.client_cpus), cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = client.communicate(timeout=args.run_timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(client.pid, signal.SIGKILL)
+        client.communicate()
+        raise
+    if client.returncode != 0 and not stdout.strip():
+        raise RuntimeError(f"driver failed on {label}: {stderr[-2000:]}")
+    report = orjson.loads(stdout.strip().splitlines()[-1])
     report["rate"] = rate
     return report
 
 
-def one_run(args, system: str, watchers: int, rate: float, workers: int, label: str) -> dict:
+def following(watching: monitor.Monitor | None, label: str, server, counts: str | None = None):
+    """Sample `server` (and its client's counts) while the block runs, when there is a monitor."""
+    if watching is None:
+        return contextlib.nullcontext()
+    return watching.following(label, pid=server.proc.pid, metrics_port=server.metrics_port,
+                              nchan_port=server.port if server.name == "nchan" else None,
+                              counts=counts, system=server.name)
+
+
+def one_run(args, system: str, watchers: int, rate: float, workers: int, label: str,
+            watching: monitor.Monitor | None = None) -> dict:
     if system == "nchan" and args.nginx_workers:
         workers = args.nginx_workers
-    with SERVERS[system](args, rate, workers) as server:
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp, SERVERS[system](args, rate, workers) as server, \
+            following(watching, label, server, os.path.join(tmp, "counts")):
+        if watching is not None:
+            watching.phase("starting", target=watchers)
         time.sleep(0.5)
         check_pinning(server.proc.pid, args.server_cpus)
-        report = drive(args, server, watchers, rate, label)
+        report = drive(args, server, watchers, rate, label, os.path.join(tmp, "counts"))
         if system == "gateway" and rate:
             report["server_heartbeat_jitter_p99_ms"] = server.heartbeat_jitter_p99_ms()
     report.update(system=system, workers=workers)
+    if args.quiet:
+        return report
     print(f"  {label:<28} opened {report['opened']:>6}  {report['deliveries_per_s']:>9}/s  "
           f"p99 {report['latency_ms'].get('p99', '-')} ms  server cpu {report['server_cpu_s']} s  "
           f"client cpu {report['client_cpu_s']} s  lost {report['events_lost']}", file=sys.stderr, flush=True)
@@ -350,8 +401,11 @@ def plan(args) -> list[tuple[str, int, float, int, str]]:
         order = SYSTEMS[repeat % 3:] + SYSTEMS[:repeat % 3]
         for scenario, watchers, rate in (("small", args.small, args.rate), ("large", args.large, args.rate),
                                          ("idle", args.idle, 0.0)):
+            if args.scenario and scenario not in args.scenario:
+                continue
             for system in order:
-                runs.append((system, watchers, rate, args.workers, scenario))
+                workers = args.nginx_workers if system == "nchan" and args.nginx_workers else args.workers
+                runs.append((system, watchers, rate, workers, scenario))
             if scenario == "large" and args.workers > 1:
                 runs.append(("gateway", watchers, rate, 1, "large-1worker"))
     return runs
@@ -365,7 +419,7 @@ def sustained(report: dict) -> bool:
             and report["unexplained_holes"] in (0, None) and report["deliveries_per_s"] >= 0.95 * offered)
 
 
-def ladder(args, system: str, started: float) -> list[dict]:
+def ladder(args, system: str, started: float, watching: monitor.Monitor | None = None) -> list[dict]:
     """The small count at doubling rates, until one is not sustained (or the deadline)."""
     reports = []
     rate = args.rate
@@ -375,7 +429,7 @@ def ladder(args, system: str, started: float) -> list[dict]:
             break
         label = f"{system} max {args.small}w @{rate:g}/s"
         try:
-            report = one_run(args, system, args.small, rate, args.workers, label)
+            report = one_run(args, system, args.small, rate, args.workers, label, watching)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"  {label}: failed: {str(exc)[-300:]}", file=sys.stderr, flush=True)
             break
@@ -489,18 +543,43 @@ def main(argv=None) -> int:
     p.add_argument("--run-timeout", type=float, default=180.0)
     p.add_argument("--deadline", type=float, default=1200.0, help="stop starting runs after this many seconds")
     p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
-    p.add_argument("--json", help="write every run's report here")
-    p.add_argument("--report", help="print the table of a saved --json file (same flags) instead of running")
+    p.add_argument("--scenario", choices=("small", "large", "idle"), action="append",
+                   help="run only these scenarios (the ladder is --ladder's)")
+    p.add_argument("--json", help="write every run's report here (e.g. under loadtest/out/)")
+    p.add_argument("--table", help="print the table of a saved --json file (same flags) instead of running")
+    monitor.add_options(p)
     args = p.parse_args(argv)
-    if args.report:
-        with open(args.report, "rb") as fh:
+    if args.table:
+        with open(args.table, "rb") as fh:
             print(markdown(summarise(orjson.loads(fh.read()), args)))
         return 0
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the servers inherit it
-    ensure_nchan()
-    ensure_uvicorn()
+    if not args.only or "nchan" in args.only:  # only what runs: `--only gateway` installs nothing
+        ensure_nchan()
+    if not args.only or "naive" in args.only:
+        ensure_uvicorn()
+    with monitor.Monitor("bench", quiet=args.quiet, plain_every=args.progress_every) as watching:
+        started_at, reports = monitor.utc_now(), run_plan(args, watching)
+    table = summarise(reports, args)
+    monitor.finish(watching, args, "loadtest.bench", argv, started_at, reports, figures(table))
+    print(f"\n{started_at}, {os.cpu_count()} cores, {args.rate:g} events/s of "
+          f"{args.size} B, window {args.duration:g} s, {args.repeats} repeat(s), medians; "
+          f"server cpus {args.server_cpus or 'any'}, client cpus {args.client_cpus or 'any'}, "
+          f"client {args.client}\n")
+    print(markdown(table))
+    return 0
+
+
+def figures(table: dict) -> dict:
+    """The table as the report's columns and rows (a system's column, a figure's row)."""
+    return {"columns": list(SYSTEMS), "rows": [[figure, *(table[system].get(figure) for system in SYSTEMS)]
+                                               for figure in table["gateway"]]}
+
+
+def run_plan(args, watching: monitor.Monitor) -> list[dict]:
+    """Every run of the plan, then the ladders, within the deadline."""
     started = time.monotonic()
     reports = []
     for system, watchers, rate, workers, scenario in plan(args):
@@ -511,7 +590,7 @@ def main(argv=None) -> int:
             break
         label = f"{system} {scenario} {watchers}w x{workers}"
         try:
-            report = one_run(args, system, watchers, rate, workers, label)
+            report = one_run(args, system, watchers, rate, workers, label, watching)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one failed run does not end the bench
             print(f"  {label}: failed: {str(exc)[-300:]}", file=sys.stderr, flush=True)
             continue
@@ -519,18 +598,11 @@ def main(argv=None) -> int:
         reports.append(report)
     for system in SYSTEMS:
         if not args.only or system in args.only:
-            reports += ladder(args, system, started)
+            reports += ladder(args, system, started, watching)
     if args.json:
         with open(args.json, "wb") as fh:
             fh.write(orjson.dumps(reports, option=orjson.OPT_INDENT_2))
-    table = summarise(reports, args)
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, {args.rate:g} events/s of "
-          f"{args.size} B, window {args.duration:g} s, {args.repeats} repeat(s), medians; "
-          f"server cpus {args.server_cpus or 'any'}, client cpus {args.client_cpus or 'any'}, "
-          f"client {args.client}; "
-          f"{time.monotonic() - started:.0f} s\n")
-    print(markdown(table))
-    return 0
+    return reports
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ waits `--settle` seconds, then reads for `--window` seconds: the steady window. 
 
 `--server nchan` runs the same against nginx + nchan (bench.py's, `--workers` nginx workers,
 its EventSource subscriber); nchan replays nothing and numbers nothing, so only its connection
-counts and idle memory per watcher compare. Pin as DEVELOPERS.md says:
+counts and idle memory per watcher compare. `--server gateway,nchan` runs both, one after the
+other, one JSON line each, and draws them in the same charts (`--report DIR`). While it runs,
+the progress (`loadtest/monitor.py`) reads the watchers open from the server (the gateway's
+/metrics, nchan's stub status): csse reports only at its end. Pin as DEVELOPERS.md says:
 
     python -m loadtest.crowd --csse /tmp/csse --watchers 100000 --workers 6 --procs 6 --source-addrs 4 \
         --heartbeat-interval 5 --server-cpus 0 --client-cpus 1
@@ -44,7 +47,7 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway import procstat  # noqa: E402
-from loadtest import bench  # noqa: E402
+from loadtest import bench, monitor  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
 from loadtest.storm import StormGateway, histogram_over, scrape  # noqa: E402
@@ -84,12 +87,12 @@ class CrowdGateway(StormGateway):
         return None
 
 
-def csse_command(args, url: str, ready: str, out: str) -> list[str]:
+def csse_command(args, system: str, url: str, ready: str, out: str) -> list[str]:
     cmd = [args.csse, url, "-n", str(args.watchers), "--procs", str(args.procs),
            "--source-addrs", str(args.source_addrs), "--connect-timeout", str(args.connect_timeout),
            "--go-delay", str(args.settle), "--duration", str(args.window), "--lat-conns", "0",
            "--ready-file", ready, "--out", out]
-    if args.server == "gateway":
+    if system == "gateway":
         cmd += ["--mode", "post", "--track-ids"]
         if args.rate > 0:  # from the newest event on: no replay of what the ring held before the ramp
             cmd += ["--last-event-id", str(newest_id(url, METHOD))]
@@ -101,20 +104,24 @@ def memory(pids: list[int]) -> dict:
     return {"rss": rss, "pss": pss, "tcp": tcp_mem_kib(), "slab": slab_kib()}
 
 
-def crowd(args, server) -> dict:
-    gateway = args.server == "gateway"
+def crowd(args, server, system: str, watching: monitor.Monitor) -> dict:
+    gateway = system == "gateway"
     time.sleep(1.0)  # the workers' own start-up settles
     before = memory(procstat.tree(server.proc.pid))
     refused_before = refused_total(server.metrics_port) if gateway else 0
     ramp_start = scrape(server.metrics_port) if gateway else None
     with tempfile.TemporaryDirectory(prefix="crowd-") as tmp:
         ready, out = os.path.join(tmp, "ready.json"), os.path.join(tmp, "csse.json")
-        proc = subprocess.Popen(csse_command(args, server.url, ready, out), stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(csse_command(args, system, server.url, ready, out), stdout=subprocess.DEVNULL)
         try:
+            watching.phase("connecting", args.connect_timeout, args.watchers)
             go = wait_ready(ready, proc, args.connect_timeout + args.settle + 60)
+            watching.phase("settling", max(0.0, go["t_go_ns"] / 1e9 - time.time()))
             window_start = scrape(server.metrics_port) if gateway else None
             connected = memory(procstat.tree(server.proc.pid))
             cpu = procstat.cpu_seconds(procstat.tree(server.proc.pid))
+            time.sleep(max(0.0, go["t_go_ns"] / 1e9 - time.time()))
+            watching.phase("window", args.window)
             time.sleep(max(0.0, go["t_go_ns"] / 1e9 + args.window - 1.0 - time.time()))
             window_end = scrape(server.metrics_port) if gateway else None
             cpu = procstat.cpu_seconds(procstat.tree(server.proc.pid)) - cpu
@@ -127,7 +134,7 @@ def crowd(args, server) -> dict:
             reader = orjson.loads(fh.read())
     each = max(1, go["connected"])
     report = {
-        "server": args.server, "watchers": args.watchers, "connected": go["connected"],
+        "server": system, "watchers": args.watchers, "connected": go["connected"],
         "opened": reader.get("conns_opened"), "failed": reader.get("conns_failed"),
         "failures": reader.get("fail_reasons", {}), "refused": reader.get("fail_reasons", {}).get("http 503", 0),
         "closed_by_server": reader.get("closed_by_server"), "ramp_s": round(go["connect_wall_s"], 1),
@@ -162,7 +169,8 @@ def crowd(args, server) -> dict:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--csse", required=True, help="the C reader's binary")
-    p.add_argument("--server", choices=("gateway", "nchan"), default="gateway")
+    p.add_argument("--server", default="gateway", type=lambda text: text.split(","),
+                   help="gateway, nchan, or both in the order given: gateway,nchan")
     p.add_argument("--watchers", type=int, default=100000)
     p.add_argument("--workers", type=int, default=6, help="gateway workers, or nginx workers")
     p.add_argument("--procs", type=int, default=6, help="csse processes")
@@ -176,25 +184,43 @@ def parse_args(argv=None):
     p.add_argument("--gateway-log", help="keep the gateway's log here (default: a temporary file)")
     p.add_argument("--server-cpus", help="taskset -c list for the server")
     p.add_argument("--client-cpus", help="taskset -c list for csse")
+    monitor.add_options(p)
     args = p.parse_args(argv)
+    if not args.server or set(args.server) - {"gateway", "nchan"}:
+        p.error("--server: gateway, nchan, or gateway,nchan")
     args.size = 0  # --sim-load-size, and bench.Nchan's publisher payload (nchan runs idle here)
     return args
 
 
+def one_server(args, system: str, watching: monitor.Monitor) -> dict:
+    started = monitor.utc_now()
+    load_before = os.getloadavg()
+    watching.phase("starting", target=args.watchers)
+    if system == "gateway":
+        with CrowdGateway(args) as server, watching.following(
+                "gateway", pid=server.proc.pid, metrics_port=server.metrics_port):
+            report = {"banner": server.banner(), **crowd(args, server, system, watching)}
+    else:
+        with bench.Nchan(args, 0, args.workers) as server, watching.following(
+                "nchan", pid=server.proc.pid, nchan_port=server.port):
+            report = crowd(args, server, system, watching)
+    return {"started": started, "loadavg_before": [round(x, 2) for x in load_before], **report}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    load_before = os.getloadavg()
-    if args.server == "gateway":
-        with CrowdGateway(args) as server:
-            report = {"banner": server.banner(), **crowd(args, server)}
-    else:
-        with bench.Nchan(args, 0, args.workers) as server:
-            server.metrics_port = None
-            report = crowd(args, server)
-    report = {"started": started, "loadavg_before": [round(x, 2) for x in load_before], **report}
-    sys.stdout.write(orjson.dumps(report).decode() + "\n")
-    return 0 if report["connected"] == args.watchers else 1
+    started = monitor.utc_now()
+    reports = {}
+    with monitor.Monitor("crowd", quiet=args.quiet, plain_every=args.progress_every) as watching:
+        for system in args.server:
+            reports[system] = one_server(args, system, watching)
+            sys.stdout.write(orjson.dumps(reports[system]).decode() + "\n")
+    result = reports[args.server[0]] if len(reports) == 1 else reports
+    figures = None
+    if len(reports) > 1:
+        figures = monitor.side_by_side(reports)
+    monitor.finish(watching, args, "loadtest.crowd", argv, started, result, figures)
+    return 0 if all(report["connected"] == args.watchers for report in reports.values()) else 1
 
 
 if __name__ == "__main__":

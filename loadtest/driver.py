@@ -26,6 +26,12 @@ is open and lasts `--duration` seconds; server CPU and RSS come from the process
 `--server-pid`. Every loop is bounded: connections, the ramp (`--connect-timeout`), and the
 window.
 
+While it runs, each client process publishes its tally (opened, failed, deliveries, lost, a
+latency histogram) to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
+it is in: the driver shows them as progress on stderr (`--quiet`: none), or, with `--counts
+PATH`, a parent command (bench, soak) reads them and the driver shows nothing. `--report DIR`
+writes the run's page and charts (`loadtest/report.py`).
+
     python -m loadtest.driver --url http://127.0.0.1:52222/ --watchers 1000 --duration 10
 """
 
@@ -34,12 +40,15 @@ from __future__ import annotations
 import argparse
 import array
 import asyncio
+import contextlib
 import errno
 import multiprocessing
 import os
 import re
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from urllib.parse import urlsplit
 
@@ -49,6 +58,7 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway import procstat  # noqa: E402
+from loadtest import monitor  # noqa: E402
 
 MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")
 MURMUR_MARKS = re.compile(
@@ -79,7 +89,8 @@ class Tally:
         self.failures[reason] = self.failures.get(reason, 0) + count
 
     def stamps(self, block: bytes, now_ns: int) -> None:
-        stamps = STAMP.findall(block)
+        """Time one load event in `sample_every` (0: none)."""
+        stamps = STAMP.findall(block) if self.sample_every else None
         if stamps:
             every = self.sample_every
             start = -self.stamped % every
@@ -260,6 +271,8 @@ class Watcher(asyncio.Protocol):
                 self.last_key = max(self.last_key, key)
         elif keys:
             self.last_key = keys[-1]
+        if keys and not self.first_id_at:
+            self.first_id_at = time.monotonic()
         tally = self.tally
         for seq in map(int, NCHAN_SEQ.findall(block)):
             if self.last and seq <= self.last:
@@ -270,6 +283,8 @@ class Watcher(asyncio.Protocol):
                 if tally.measuring:
                     tally.events_lost += seq - self.last - 1
             self.last = seq
+        if self.last > tally.newest_id:
+            tally.newest_id = self.last
         return len(keys)
 
     def close(self) -> None:
@@ -323,12 +338,15 @@ async def open_watcher(watcher: Watcher, host: str, port: int, deadline: float) 
     return None
 
 
-async def client_main(args, share: int, conn) -> None:
-    """One client process: open `share` watchers, report, measure the window, report again."""
+async def client_main(args, share: int, conn, slot: int = 0) -> None:
+    """One client process: open `share` watchers, report, measure the window, report again;
+    its tally goes to its slot of the shared counts all along (the progress reads them)."""
     loop = asyncio.get_running_loop()
     parts = urlsplit(args.url)
     host, port = parts.hostname, parts.port or 80
     tally = Tally(args.sample_every)
+    counts = monitor.Counts(args.counts)
+    publishing = loop.create_task(monitor.keep_published(counts, slot, tally))
     watchers: list[Watcher] = []
     gate = asyncio.Semaphore(MAX_HANDSHAKES)
     ramp_deadline = loop.time() + args.connect_timeout
@@ -381,6 +399,8 @@ async def client_main(args, share: int, conn) -> None:
     await asyncio.sleep(max(0.0, end - time.time()))
     tally.measuring = False
     cpu = _own_cpu() - cpu_before
+    publishing.cancel()
+    counts.publish(slot, tally)
     for watcher in watchers:
         watcher.close()
     conn.send({
@@ -398,8 +418,8 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def client_process(args, share: int, conn) -> None:
-    uvloop.run(client_main(args, share, conn))
+def client_process(args, share: int, conn, slot: int = 0) -> None:
+    uvloop.run(client_main(args, share, conn, slot))
 
 
 def raise_nofile(needed: int) -> None:
@@ -418,20 +438,34 @@ def quantiles(values, scale: float = 1.0) -> dict:
 
 
 def run(args) -> dict:
+    """The run; its counts go to `args.counts` (a file a parent command reads), else a temporary one."""
     raise_nofile(args.watchers // args.procs + 256)
     server = procstat.tree(args.server_pid) if args.server_pid else []
     rss_before = procstat.rss_kib(server)
     ctx = multiprocessing.get_context("fork")
     shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
+    with contextlib.ExitStack() as stack:
+        if not args.counts:
+            args.counts = stack.enter_context(tempfile.TemporaryDirectory(prefix="driver-")) + "/counts"
+        counts = monitor.Counts(args.counts, slots=len(shares))
+        counts.set_phase("connecting", args.connect_timeout, args.watchers)
+        try:
+            return _run_clients(args, ctx, shares, counts, server, rss_before)
+        finally:
+            counts.set_phase("done")
+            counts.close()
+
+
+def _run_clients(args, ctx, shares: list[int], counts: monitor.Counts, server: list[int], rss_before: int) -> dict:
     pipes, procs = [], []
-    for share in shares:
+    for slot, share in enumerate(shares):
         parent_end, child_end = ctx.Pipe()
-        proc = ctx.Process(target=client_process, args=(args, share, child_end), daemon=True)
+        proc = ctx.Process(target=client_process, args=(args, share, child_end, slot), daemon=True)
         proc.start()
         pipes.append(parent_end)
         procs.append(proc)
     try:
-        return _measure(args, pipes, server, rss_before)
+        return _measure(args, pipes, server, rss_before, counts)
     finally:
         for proc in procs:
             proc.join(timeout=10)
@@ -445,7 +479,7 @@ def _receive(pipe, timeout: float):
     return pipe.recv()
 
 
-def _measure(args, pipes, server: list[int], rss_before: int) -> dict:
+def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Counts) -> dict:
     ramp_started = time.monotonic()
     for pipe in pipes:
         _receive(pipe, args.connect_timeout + 30)
@@ -454,12 +488,15 @@ def _measure(args, pipes, server: list[int], rss_before: int) -> dict:
     end = start + args.duration
     for pipe in pipes:
         pipe.send((start, end))
+    counts.set_phase("warmup", args.warmup)
     time.sleep(max(0.0, start - time.time()))
+    counts.set_phase("window", args.duration)
     server = procstat.tree(args.server_pid) if args.server_pid else server
     server_cpu = procstat.cpu_seconds(server)
     time.sleep(max(0.0, end - time.time()))
     server_cpu = procstat.cpu_seconds(server) - server_cpu
     rss_connected = procstat.rss_kib(server)
+    counts.set_phase("closing")
     results, missing = [], 0
     for pipe in pipes:  # a client process that never reports is counted, not waited for forever
         try:
@@ -515,13 +552,27 @@ def parse_args(argv=None):
     p.add_argument("--heartbeat-interval", type=float, default=0.0, help="the server's, to report jitter")
     p.add_argument("--server-pid", type=int, default=0, help="root of the server's process tree")
     p.add_argument("--label", default="")
+    p.add_argument("--counts", help="publish the live counts to this file (a parent command's progress reads it)")
+    p.add_argument("--metrics-port", type=int, help="the gateway's metrics port: its figures join the progress")
+    monitor.add_options(p)
     args = p.parse_args(argv)
     args.procs = max(1, min(args.procs, args.watchers))
     return args
 
 
 def main(argv=None) -> int:
-    report = run(parse_args(argv))
+    args = parse_args(argv)
+    started = monitor.utc_now()
+    if args.counts:  # a parent command shows the progress and draws the report
+        report = run(args)
+    else:
+        args.counts = tempfile.mkdtemp(prefix="driver-") + "/counts"
+        with monitor.Monitor("driver", quiet=args.quiet, plain_every=args.progress_every) as watching:
+            with watching.following(args.label or "server", pid=args.server_pid, metrics_port=args.metrics_port,
+                                    counts=args.counts, system="gateway" if args.dialect == "murmur" else "nchan"):
+                report = run(args)
+        shutil.rmtree(os.path.dirname(args.counts), ignore_errors=True)
+        monitor.finish(watching, args, "loadtest.driver", argv, started, report)
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
     return 0 if report["opened"] else 1
 

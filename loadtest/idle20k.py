@@ -16,7 +16,9 @@ over the connected.
 Each client process raises its RLIMIT_NOFILE (hard too, where it may) to fit its share; a
 process holds at most the hard limit, so 20,000 watchers under a hard limit of 20,000 need
 two. The connections come from 127.0.0.1 to one port, so they need that many ephemeral
-ports (net.ipv4.ip_local_port_range). Bounded: every opening by `--connect-timeout`; the gateway
+ports (net.ipv4.ip_local_port_range). Progress on stderr while it runs (the clients' own counts,
+the gateway's /metrics), `--report DIR` the page with the ramp and the gateway's memory
+(`loadtest/monitor.py`, `loadtest/report.py`). Bounded: every opening by `--connect-timeout`; the gateway
 is stopped by pid at the end.
 """
 
@@ -30,6 +32,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -40,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway import procstat  # noqa: E402
+from loadtest import monitor  # noqa: E402
 from loadtest.driver import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
 METHOD = "murmur.WatchSession"
@@ -122,9 +126,11 @@ def start_gateway(cpu: int | None) -> tuple[subprocess.Popen, int, int]:
     raise RuntimeError("the gateway never became ready")
 
 
-async def open_all(port: int, count: int, timeout: float) -> tuple[Tally, list[Watcher]]:
+async def open_all(port: int, count: int, timeout: float, counts: monitor.Counts,
+                   slot: int) -> tuple[Tally, list[Watcher]]:
     loop = asyncio.get_running_loop()
     tally = Tally(1)
+    publishing = loop.create_task(monitor.keep_published(counts, slot, tally))
     request = build_request(f"http://127.0.0.1:{port}/", "murmur", METHOD, 0)
     gate = asyncio.Semaphore(IN_FLIGHT)
     deadline = loop.time() + timeout
@@ -141,16 +147,19 @@ async def open_all(port: int, count: int, timeout: float) -> tuple[Tally, list[W
             tally.fail(failure)
 
     await asyncio.gather(*(open_one() for _ in range(count)))
+    publishing.cancel()
+    counts.publish(slot, tally)
     return tally, opened
 
 
-def client_process(args, port: int, share: int, conn) -> None:
+def client_process(args, port: int, share: int, conn, slot: int) -> None:
     """Open `share` watchers, report the tally, hold them until the parent says close."""
     raise_nofile(share + 256)
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
     loop = uvloop.new_event_loop()
-    tally, watchers = loop.run_until_complete(open_all(port, share, args.connect_timeout))
+    tally, watchers = loop.run_until_complete(open_all(port, share, args.connect_timeout,
+                                                       monitor.Counts(args.counts), slot))
     conn.send({"opened": tally.opened, "failures": tally.failures,
                "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]})
     conn.poll(args.connect_timeout + args.settle + 600)
@@ -167,7 +176,7 @@ def open_clients(args, port: int) -> tuple[dict, list]:
     for index in range(args.procs):
         share = args.watchers // args.procs + (index < args.watchers % args.procs)
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=client_process, args=(args, port, share, child), daemon=True)
+        proc = ctx.Process(target=client_process, args=(args, port, share, child, index), daemon=True)
         proc.start()
         clients.append((proc, parent))
     total = {"opened": 0, "failures": {}, "nofile": []}
@@ -190,44 +199,55 @@ def close_clients(clients) -> int:
     return early
 
 
-def run(args) -> dict:
+def run(args, watching: monitor.Monitor) -> dict:
     proc, port, metrics_port = start_gateway(args.server_cpu)
+    counts = monitor.Counts(args.counts, slots=args.procs)
+    counts.set_phase("starting", target=args.watchers)
     try:
-        time.sleep(1.0)  # the workers' own start-up settles
-        pids = procstat.tree(proc.pid)
-        before, tcp_before, slab_before = memory_kib(pids), tcp_mem_kib(), slab_kib()
-        sockets_before = {pid: sockets(pid) for pid in pids}
-        refused_before = refused_total(metrics_port)
-        started = time.monotonic()
-        tally, clients = open_clients(args, port)
-        open_s = time.monotonic() - started
-        time.sleep(args.settle)
-        after, tcp_after, slab_after = memory_kib(pids), tcp_mem_kib(), slab_kib()
-        per_process = {pid: sockets(pid) - sockets_before[pid] for pid in pids}
-        refused_counted = refused_total(metrics_port) - refused_before
-        closed_early = close_clients(clients)
-        connected = tally["opened"] - closed_early
-        each = max(1, connected)
-        result = {
-            "watchers": args.watchers, "connected": connected, "refused": tally["failures"].get("http 503", 0),
-            "refused_counted": refused_counted, "failures": tally["failures"],
-            "closed_early": closed_early, "open_s": round(open_s, 1),
-            "connections_per_process": sorted(n for n in per_process.values() if n > 0),
-            "rss_kib_per_watcher": round((after[0] - before[0]) / each, 2),
-            "pss_kib_per_watcher": round((after[1] - before[1]) / each, 2),
-            "kernel_tcp_kib_per_watcher": round((tcp_after - tcp_before) / each, 2),
-            "kernel_slab_kib_per_watcher": round((slab_after - slab_before) / each, 2),
-            "server_rss_mib": round(after[0] / 1024, 1), "server_pss_mib": round(after[1] / 1024, 1),
-            "nofile_clients": tally["nofile"],
-        }
-        return result
+        with watching.following("gateway", pid=proc.pid, metrics_port=metrics_port, counts=counts):
+            return measure(args, proc, port, metrics_port, counts)
     finally:
+        counts.close()
         proc.terminate()
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def measure(args, proc: subprocess.Popen, port: int, metrics_port: int, counts: monitor.Counts) -> dict:
+    time.sleep(1.0)  # the workers' own start-up settles
+    pids = procstat.tree(proc.pid)
+    before, tcp_before, slab_before = memory_kib(pids), tcp_mem_kib(), slab_kib()
+    sockets_before = {pid: sockets(pid) for pid in pids}
+    refused_before = refused_total(metrics_port)
+    started = time.monotonic()
+    counts.set_phase("connecting", args.connect_timeout)
+    tally, clients = open_clients(args, port)
+    open_s = time.monotonic() - started
+    counts.set_phase("settling", args.settle)
+    time.sleep(args.settle)
+    after, tcp_after, slab_after = memory_kib(pids), tcp_mem_kib(), slab_kib()
+    per_process = {pid: sockets(pid) - sockets_before[pid] for pid in pids}
+    refused_counted = refused_total(metrics_port) - refused_before
+    counts.set_phase("closing")
+    closed_early = close_clients(clients)
+    connected = tally["opened"] - closed_early
+    each = max(1, connected)
+    result = {
+        "watchers": args.watchers, "connected": connected, "refused": tally["failures"].get("http 503", 0),
+        "refused_counted": refused_counted, "failures": tally["failures"],
+        "closed_early": closed_early, "open_s": round(open_s, 1),
+        "connections_per_process": sorted(n for n in per_process.values() if n > 0),
+        "rss_kib_per_watcher": round((after[0] - before[0]) / each, 2),
+        "pss_kib_per_watcher": round((after[1] - before[1]) / each, 2),
+        "kernel_tcp_kib_per_watcher": round((tcp_after - tcp_before) / each, 2),
+        "kernel_slab_kib_per_watcher": round((slab_after - slab_before) / each, 2),
+        "server_rss_mib": round(after[0] / 1024, 1), "server_pss_mib": round(after[1] / 1024, 1),
+        "nofile_clients": tally["nofile"],
+    }
+    return result
 
 
 def parse_args(argv=None):
@@ -238,8 +258,21 @@ def parse_args(argv=None):
     parser.add_argument("--procs", type=int, default=2, help="client processes sharing the watchers")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds idle before measuring")
     parser.add_argument("--connect-timeout", type=float, default=300.0)
+    monitor.add_options(parser)
     return parser.parse_args(argv)
 
 
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = monitor.utc_now()
+    with tempfile.TemporaryDirectory(prefix="idle20k-") as tmp, \
+            monitor.Monitor("idle20k", quiet=args.quiet, plain_every=args.progress_every) as watching:
+        args.counts = os.path.join(tmp, "counts")
+        result = run(args, watching)
+    print(orjson.dumps(result).decode(), flush=True)
+    monitor.finish(watching, args, "loadtest.idle20k", argv, started, result)
+    return 0
+
+
 if __name__ == "__main__":
-    print(orjson.dumps(run(parse_args())).decode(), flush=True)
+    sys.exit(main())

@@ -20,6 +20,10 @@ the medians and the ratio gateway / nchan.
     python -m loadtest.openings --csse /tmp/csse --watchers 10000 --connect-concurrency 1000 \
         --repeats 3 --server-cpus 0 --client-cpus 1
 
+Progress on stderr while it runs (the watchers open as each server counts them: the gateway's
+/metrics, nchan's stub status), `--report DIR` the page with every run's ramp, CPU and memory,
+the gateway's and nchan's side by side (`loadtest/monitor.py`, `loadtest/report.py`).
+
 Bounded: csse by `--connect-timeout` and a hard timeout; every server started here is stopped by
 pid at the end of its run.
 """
@@ -39,7 +43,7 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway import procstat  # noqa: E402
-from loadtest import bench  # noqa: E402
+from loadtest import bench, monitor  # noqa: E402
 from loadtest.storm import fill_ring  # noqa: E402
 
 SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
@@ -59,6 +63,7 @@ def parse_args(argv=None):
     p.add_argument("--fill", type=int, default=0, help="events written before the openings (gateway only)")
     p.add_argument("--gateway-args", default="", help="more gateway options, after ours")
     p.add_argument("--out", default=None, help="write every run's figures here as JSON")
+    monitor.add_options(p)
     return p.parse_args(argv)
 
 
@@ -68,8 +73,9 @@ def server_for(args, system: str):
     return bench.SERVERS[system](ns, 0.0, 1)
 
 
-def one_run(args, system: str) -> dict:
-    with server_for(args, system) as server:
+def one_run(args, system: str, watching: monitor.Monitor, label: str) -> dict:
+    watching.phase("starting", target=args.watchers)
+    with server_for(args, system) as server, bench.following(watching, label, server):
         time.sleep(SETTLE_SECONDS)
         bench.check_pinning(server.proc.pid, args.server_cpus)
         if system == "gateway" and args.fill:
@@ -88,11 +94,13 @@ def one_run(args, system: str) -> dict:
                     cmd += ["--last-event-id", args.last_event_id]
             client = subprocess.Popen(bench.pinned([*cmd, server.url], args.client_cpus),
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            watching.phase("connecting", args.connect_timeout)
             deadline = time.monotonic() + args.connect_timeout + 10
             while not os.path.exists(ready) and client.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)
             family = procstat.tree(server.proc.pid)
             cpu_open, rss_open = procstat.cpu_seconds(family), procstat.rss_kib(family)
+            watching.phase("holding", 2)
             out, _ = client.communicate(timeout=args.connect_timeout + 30)
         report = json.loads(out.decode().strip().splitlines()[-1])
     opened = report["conns_opened"]
@@ -107,11 +115,13 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     systems = args.systems.split(",")
     runs = []
-    for repeat in range(args.repeats):
-        for system in systems[repeat % len(systems):] + systems[:repeat % len(systems)]:
-            run = one_run(args, system)
-            runs.append(run)
-            print(json.dumps(run), flush=True)
+    started = monitor.utc_now()
+    with monitor.Monitor("openings", quiet=args.quiet, plain_every=args.progress_every) as watching:
+        for repeat in range(args.repeats):
+            for system in systems[repeat % len(systems):] + systems[:repeat % len(systems)]:
+                run = one_run(args, system, watching, f"{system} #{repeat + 1}")
+                runs.append(run)
+                print(json.dumps(run), flush=True)
     medians = {s: statistics.median(r["server_cpu_us_per_opening"] for r in runs if r["system"] == s)
                for s in systems}
     summary = {"median_cpu_us_per_opening": medians,
@@ -123,6 +133,24 @@ def main(argv=None) -> None:
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"runs": runs, "summary": summary}, fh, indent=1)
+    monitor.finish(watching, args, "loadtest.openings", argv, started, {"runs": runs, "summary": summary},
+                   figures(runs, summary, systems))
+
+
+def figures(runs: list[dict], summary: dict, systems: list[str]) -> dict:
+    """A column per system: the medians over its runs (the ratio in the gateway's)."""
+    def median(system, key):
+        values = [r[key] for r in runs if r["system"] == system and r[key] is not None]
+        return statistics.median(values) if values else None
+
+    columns = {system: {"runs": sum(1 for r in runs if r["system"] == system),
+                        "median opened": median(system, "opened"),
+                        "median server CPU µs / opening": median(system, "server_cpu_us_per_opening"),
+                        "median open s": median(system, "open_s"),
+                        "median RSS KiB / stream": median(system, "rss_kib_per_stream")} for system in systems}
+    if "gateway_over_nchan" in summary:
+        columns["gateway"]["CPU / opening, gateway / nchan"] = summary["gateway_over_nchan"]
+    return monitor.side_by_side(columns)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ line comparing the first and the last `--window` minutes, and every cycle's figu
 
     python -m loadtest.soak --minutes 30 --watchers 300 --rate 100
 
-Everything is bounded: the cycle count follows from --minutes, each driver run has its own
+Progress on stderr while it runs (each cycle's driver counts, the gateway's /metrics, the time
+left of the soak), `--report DIR` the page with the whole soak's charts (`loadtest/monitor.py`,
+`loadtest/report.py`). Everything is bounded: the cycle count follows from --minutes, each driver run has its own
 time limits, and the gateway is stopped (SIGTERM, then SIGKILL) at the end.
 """
 
@@ -19,13 +21,17 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 
 from gateway import procstat
+from loadtest import monitor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,17 +84,32 @@ def sample(supervisor: int) -> dict:
             "shm_bytes": shm_bytes(supervisor), "processes": len(pids)}
 
 
-def cycle(port: int, supervisor: int, args) -> dict:
+def ready(port: int, gateway: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait (bounded) until the gateway answers /readyz: its workers serve."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if gateway.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {gateway.returncode}")
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the gateway was not ready within {timeout} s")
+
+
+def cycle(port: int, supervisor: int, args, counts: str) -> dict:
     cmd = [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{port}/",
            "--watchers", str(args.watchers), "--duration", str(args.cycle - args.warmup - 2),
-           "--warmup", str(args.warmup), "--server-pid", str(supervisor), "--label", "soak"]
+           "--warmup", str(args.warmup), "--server-pid", str(supervisor), "--label", "soak",
+           "--counts", counts, "--quiet"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.cycle * 3)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {"error": done.stderr[-500:]}
 
 
 def mean(rows: list[dict], key: str) -> float:
-    values = [row[key] for row in rows if key in row]
+    values = [row[key] for row in rows if row.get(key) is not None]  # a failed cycle has no figures
     return round(sum(values) / len(values), 1) if values else 0.0
 
 
@@ -102,27 +123,27 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--window", type=float, default=5.0, help="minutes compared at start and end")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    monitor.add_options(p)
     args = p.parse_args(argv)
-    port = free_port()
+    started_at = monitor.utc_now()
+    port, metrics_port = free_port(), free_port()
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}", "--metrics-bind", "off",
+        [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}", "--metrics-bind", f"127.0.0.1:{metrics_port}",
          "--workers", str(args.workers), "--sim-load", str(args.rate), "--sim-load-size", str(args.size),
          "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
     started = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="soak-")
+    counts = os.path.join(tmp, "counts")
     try:
-        time.sleep(3)
-        while time.monotonic() - started < args.minutes * 60:
-            report = cycle(port, gateway.pid, args)
-            rows.append({**sample(gateway.pid), "minute": round((time.monotonic() - started) / 60, 2),
-                         "opened": report.get("opened"), "failed": report.get("failed"),
-                         "deliveries_per_s": report.get("deliveries_per_s"),
-                         "events_lost": report.get("events_lost"),
-                         "unexplained_holes": report.get("unexplained_holes"),
-                         "order_violations": report.get("order_violations"),
-                         "latency_p99_ms": report.get("latency_ms", {}).get("p99")})
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        with monitor.Monitor("soak", quiet=args.quiet, plain_every=args.progress_every) as watching, \
+                watching.following("gateway", pid=gateway.pid, metrics_port=metrics_port) as followed:
+            watching.phase("starting", args.minutes * 60, args.watchers)
+            ready(port, gateway)
+            started = time.monotonic()  # the soak's minutes count from a serving gateway
+            rows = cycles(args, port, gateway.pid, counts, started, watching, followed)
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         gateway.send_signal(signal.SIGTERM)
         try:
             gateway.wait(15)
@@ -132,14 +153,38 @@ def main(argv=None) -> int:
     last = [r for r in rows if r["minute"] >= rows[-1]["minute"] - args.window] if rows else []
     summary = {key: {"first": mean(first, key), "last": mean(last, key)}
                for key in ("rss_kib", "rss_anon_kib", "fds", "shm_bytes", "deliveries_per_s", "latency_p99_ms")}
-    print(json.dumps({"cycles": len(rows), "minutes": args.minutes, "watchers": args.watchers,
-                      "rate": args.rate, "summary": summary,
-                      "events_lost": sum(r["events_lost"] or 0 for r in rows),
-                      "unexplained_holes": sum(r["unexplained_holes"] or 0 for r in rows),
-                      "order_violations": sum(r["order_violations"] or 0 for r in rows),
-                      "failed_connections": sum(r["failed"] or 0 for r in rows),
-                      "shm_left_after_stop": shm_bytes(gateway.pid), "cycles_detail": rows}))
+    result = {"cycles": len(rows), "minutes": args.minutes, "watchers": args.watchers,
+              "rate": args.rate, "summary": summary,
+              "events_lost": sum(r["events_lost"] or 0 for r in rows),
+              "unexplained_holes": sum(r["unexplained_holes"] or 0 for r in rows),
+              "order_violations": sum(r["order_violations"] or 0 for r in rows),
+              "failed_connections": sum(r["failed"] or 0 for r in rows),
+              "shm_left_after_stop": shm_bytes(gateway.pid), "cycles_detail": rows}
+    print(json.dumps(result))
+    monitor.finish(watching, args, "loadtest.soak", argv, started_at, result)
     return 0
+
+
+def cycles(args, port: int, supervisor: int, counts: str, started: float, watching: monitor.Monitor,
+           gateway: monitor.Followed) -> list[dict]:
+    """Driver runs back to back until the soak's minutes are up; a row of figures for each.
+    The progress follows each cycle's counts (a new file a cycle: the driver creates it)."""
+    rows = []
+    while time.monotonic() - started < args.minutes * 60:
+        watching.phase("soak", args.minutes * 60 - (time.monotonic() - started))
+        gateway.counts = f"{counts}-{len(rows)}"
+        report = cycle(port, supervisor, args, f"{counts}-{len(rows)}")
+        rows.append({**sample(supervisor), "minute": round((time.monotonic() - started) / 60, 2),
+                     "opened": report.get("opened"), "failed": report.get("failed"),
+                     "deliveries_per_s": report.get("deliveries_per_s"),
+                     "events_lost": report.get("events_lost"),
+                     "unexplained_holes": report.get("unexplained_holes"),
+                     "order_violations": report.get("order_violations"),
+                     "latency_p99_ms": report.get("latency_ms", {}).get("p99"),
+                     **({"error": report["error"]} if "error" in report else {})})
+        if not args.quiet:
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
 
 
 if __name__ == "__main__":

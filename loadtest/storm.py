@@ -18,6 +18,13 @@ the kernel's listen-queue counters (`nstat`) before and after.
 
     python -m loadtest.storm --watchers 5000 --workers 2 --rate 10
 
+`--peer nchan` runs the same storm against nginx+nchan afterwards, in the same report: its
+buffer prefilled with `--events-before` messages, every watcher replaying it whole from its
+`/replay` location (`nchan_subscriber_first_message oldest`; nchan cannot resume by number),
+its ids checked by the publisher's sequence numbers. While the storm runs, the progress shows
+the watchers open and those whose replay is complete (the clients' own counts); `--report DIR`
+draws them against time, with the events lost to lag and the gateway's heartbeat jitter.
+
 With `--csse PATH` the storm is the issue #25 one instead: a full ring from a
 `/scenario burst n=--burst` task, then `--watchers` streams opened at once by the C reader
 (`PATH`, built from the csse tool with its build.sh) with `Last-Event-ID: 0`, ids checked
@@ -44,6 +51,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -59,7 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway import procstat  # noqa: E402
-from loadtest import bench  # noqa: E402
+from loadtest import bench, monitor  # noqa: E402
 from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
                              quantiles, raise_nofile)
 
@@ -71,15 +79,17 @@ METHOD = "murmur.WatchSession"
 
 # --- one client process ---
 
-async def storm_client(args, share: int, conn, seed: int) -> None:
+async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
     loop = asyncio.get_running_loop()
     parts = urlsplit(args.url)
     host, port = parts.hostname, parts.port or 80
-    tally = Tally(1)
+    tally = Tally(0)  # counts deliveries from the storm's start, times none: a replayed event's age is no latency
     rng = random.Random(seed)
+    dialect = args.dialect
+    counts = monitor.Counts(args.counts)
 
     # The probe replays the buffer and stays open, so `tally.newest_id` follows the head.
-    probe = Watcher(tally, build_request(args.url, "murmur", METHOD, 0), "murmur")
+    probe = Watcher(tally, build_request(args.url, dialect, METHOD, 0), dialect)
     failure = await open_watcher(probe, host, port, loop.time() + 30)
     ready_by = loop.time() + args.events_before / max(args.rate, 0.1) + 30
     while failure is None and tally.newest_id < args.events_before and loop.time() < ready_by:
@@ -96,6 +106,18 @@ async def storm_client(args, share: int, conn, seed: int) -> None:
     deadline = loop.time() + args.connect_timeout
     watchers: list[Watcher] = []  # the opened ones
     tried: list[Watcher] = []
+    replaying: list[Watcher] = []  # opened, replay not yet complete (up to the newest id at the start)
+    done = [0]
+
+    def replayed() -> int:
+        """Watchers that have received every event up to the newest at the storm's start."""
+        still = [w for w in replaying if w.last < newest]
+        done[0] += len(replaying) - len(still)
+        replaying[:] = still
+        return done[0]
+
+    tally.measuring = True
+    publishing = loop.create_task(monitor.keep_published(counts, slot, tally, replayed))
 
     async def open_one(watcher: Watcher) -> None:
         watcher.started_at = time.monotonic()
@@ -106,11 +128,13 @@ async def storm_client(args, share: int, conn, seed: int) -> None:
         watcher.head_at = time.monotonic()
         tally.opened += 1
         watchers.append(watcher)
+        replaying.append(watcher)
 
     openings = []
     for _ in range(share):  # every opening starts in this loop iteration: no ramp, no gate
-        resume_from = max(0, newest - rng.randint(1, args.max_back))
-        watcher = Watcher(tally, build_request(args.url, "murmur", METHOD, resume_from), "murmur", resume_from)
+        # nchan: its /replay location hands each subscriber the whole buffer (it cannot resume by number)
+        resume_from = max(0, newest - rng.randint(1, args.max_back)) if dialect == "murmur" else 0
+        watcher = Watcher(tally, build_request(args.url, dialect, METHOD, resume_from), dialect, resume_from)
         watcher.started_at = watcher.head_at = 0.0
         tried.append(watcher)
         openings.append(loop.create_task(open_one(watcher)))
@@ -126,6 +150,8 @@ async def storm_client(args, share: int, conn, seed: int) -> None:
     conn.send(("live",))
 
     await loop.run_in_executor(None, conn.recv)  # the parent's "close", after the hold
+    publishing.cancel()
+    counts.publish(slot, tally, replayed())
     for watcher in [probe, *watchers]:
         watcher.close()
     live = [w for w in watchers if w.first_id_at]
@@ -146,8 +172,8 @@ async def storm_client(args, share: int, conn, seed: int) -> None:
     })
 
 
-def client_process(args, share: int, conn, seed: int) -> None:
-    uvloop.run(storm_client(args, share, conn, seed))
+def client_process(args, share: int, conn, seed: int, slot: int) -> None:
+    uvloop.run(storm_client(args, share, conn, seed, slot))
 
 
 # --- the machine's side ---
@@ -232,14 +258,18 @@ def _receive(pipe, timeout: float):
 
 
 def storm(args, server_pid: int = 0) -> dict:
-    """Run the storm against args.url; the report (one dict)."""
+    """Run the storm against args.url; the report (one dict). The clients' counts go to
+    args.counts (the progress and the report read them)."""
     raise_nofile(args.watchers // args.procs + 512)
     ctx = multiprocessing.get_context("fork")
     shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
+    counts = monitor.Counts(args.counts, slots=len(shares))
+    counts.set_phase("starting", target=args.watchers)
     pipes, procs = [], []
     for index, share in enumerate(shares):
         parent_end, child_end = ctx.Pipe()
-        proc = ctx.Process(target=client_process, args=(args, share, child_end, args.seed + index), daemon=True)
+        proc = ctx.Process(target=client_process, args=(args, share, child_end, args.seed + index, index),
+                           daemon=True)
         proc.start()
         pipes.append(parent_end)
         procs.append(proc)
@@ -260,19 +290,24 @@ def storm(args, server_pid: int = 0) -> dict:
         for pipe in pipes:
             pipe.send(start_at)
         time.sleep(max(0.0, start_at - time.time()))
+        counts.set_phase("connecting", args.connect_timeout)
         sampler.start()
         for pipe in pipes:
             _receive(pipe, args.connect_timeout + args.live_timeout + 60)
         storm_s = time.time() - start_at
+        counts.set_phase("holding", args.hold)
         queue = sampler.report()
         server_cpu = procstat.cpu_seconds(procstat.tree(server_pid) if server_pid else []) - cpu_before
         counters_after = nstat()
         split = connections_by_process(port)
         time.sleep(args.hold)
+        counts.set_phase("closing")
         for pipe in pipes:
             pipe.send("close")
         results = [_receive(pipe, 120) for pipe in pipes]
     finally:
+        counts.set_phase("done")
+        counts.close()
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
@@ -437,26 +472,61 @@ def parse_args(argv=None):
     p.add_argument("--client-cpus", help="taskset -c list for the C reader")
     p.add_argument("--source-addrs", type=int, default=1,
                    help="with --csse: spread the streams over 127.0.0.1..K (one address has ~28,000 ports)")
+    p.add_argument("--peer", choices=("nchan",), action="append", default=[],
+                   help="the same storm against nginx+nchan afterwards (--workers nginx workers, its buffer "
+                        "prefilled with --events-before messages, each watcher replaying it whole: "
+                        "nchan_subscriber_first_message oldest); not with --csse or --url")
+    monitor.add_options(p)
     args = p.parse_args(argv)
+    if args.peer and (args.csse or args.url):
+        p.error("--peer runs with the storm's own gateway and Python clients (no --csse, no --url)")
+    args.dialect = "murmur"
     args.procs = max(1, min(args.procs, args.watchers))
     args.max_back = max(1, args.max_back)
     return args
 
 
+def nchan_storm(args, watching: monitor.Monitor, counts: str) -> dict:
+    """The same storm against nginx+nchan: its buffer prefilled, every watcher replaying it."""
+    peer = argparse.Namespace(**{**vars(args), "dialect": "nchan", "counts": counts})
+    with bench.Nchan(args, args.rate, args.workers, prefill=args.events_before) as server, \
+            watching.following("nchan storm", pid=server.proc.pid, nchan_port=server.port, counts=counts):
+        peer.url = f"http://127.0.0.1:{server.port}/replay"
+        return {"server": "nchan", **storm(peer, server.proc.pid)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    if args.url:
-        report = storm(args, args.server_pid)
-    else:
-        with StormGateway(args) as gateway:
-            args.url = gateway.url
-            if args.csse:
-                report = csse_storm(args, gateway.metrics_port)
+    started = monitor.utc_now()
+    tmp = tempfile.mkdtemp(prefix="storm-")
+    args.counts = os.path.join(tmp, "counts")
+    try:
+        with monitor.Monitor("storm", quiet=args.quiet, plain_every=args.progress_every) as watching:
+            watching.phase("starting", target=args.watchers)
+            if args.url:
+                with watching.following("gateway storm", pid=args.server_pid, counts=args.counts):
+                    report = storm(args, args.server_pid)
             else:
-                report = storm(args, gateway.proc.pid)
+                with StormGateway(args) as gateway, watching.following(
+                        "gateway storm", pid=gateway.proc.pid, metrics_port=gateway.metrics_port,
+                        counts=None if args.csse else args.counts, system="gateway"):
+                    args.url = gateway.url
+                    if args.csse:
+                        watching.phase("replaying", args.connect_timeout + args.live_timeout)
+                        report = csse_storm(args, gateway.metrics_port)
+                    else:
+                        report = storm(args, gateway.proc.pid)
+            peers = {name: nchan_storm(args, watching, os.path.join(tmp, f"counts-{name}")) for name in args.peer}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     report = {"started": started, "cores": os.cpu_count(), "sysctl": sysctls(), **report}
+    if peers:
+        report["peers"] = peers
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    figures = None
+    if peers:
+        figures = monitor.side_by_side({"gateway": {k: v for k, v in report.items() if k != "peers"}, **peers})
+    monitor.finish(watching, args, "loadtest.storm", argv, started, report, figures, storm=True)
     if args.csse:
         reader = report["reader"]
         return 0 if report["every_watcher_replayed"] and not reader["ids_nonascending"] else 1

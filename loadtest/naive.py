@@ -9,7 +9,7 @@ Each connection is a `StreamingResponse` that writes one event per send. A heart
 every `--heartbeat-interval` from the connection's opening. It answers only
 `murmur.WatchSession`, with no replay. For the bench only: uvicorn is not a project dependency.
 
-    python -m loadtest.baselines.naive --port 52300 --rate 100 --size 300
+    python -m loadtest.naive --port 52300 --rate 100 --size 300
 """
 
 from __future__ import annotations

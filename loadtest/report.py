@@ -1,0 +1,341 @@
+"""One load run as a page: its charts (SVG), its table of figures, how and where it ran.
+
+`--report DIR` on every command of the kit ends here. The run is a dict: the command and its
+exact command line, when it started, its figures (`figures`: columns and rows, the table the
+command prints), its full result, and the samples `loadtest/monitor.py` took twice a second of
+each server it followed. `write` keeps that as `run.json`, draws the charts with matplotlib
+(Agg, no display) as SVG files, and writes `index.html`: one self-contained page (each chart
+inlined as a data: image, the same bytes as its file) with the table, the command line, the
+machine (cores, kernel, Python) and the versions.
+
+Every series is drawn against the seconds since its own clients began (`origin`), so the
+gateway and each peer of the same run (nginx+nchan, the naive baseline) share a chart:
+
+- ramp.svg: watchers open (the client's count, else the server's) and failures;
+- deliveries.svg: deliveries a second (the client's, else the gateway's counter);
+- latency.svg: delivery latency p50 and p99 over each interval (the client's histogram);
+- cpu.svg and rss.svg: each server's process tree (/proc);
+- replay.svg (storms): watchers whose replay is complete (the client's count), or, read by
+  csse, the replays the gateway began; lost.svg: events lost to lag; jitter.svg: heartbeat
+  jitter p99 over each interval (the gateway's histogram).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import orjson  # noqa: E402
+
+from loadtest.monitor import LATENCY_BOUNDS_MS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "murmur-loadtest", "figure.figsize": (9, 3.6),
+                     "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 7})
+
+
+# --- the series each chart draws, derived from the samples ---
+
+def labels(samples: list[dict]) -> list[str]:
+    """The followed servers, in the order they first appear."""
+    return list(dict.fromkeys(sample["series"] for sample in samples))
+
+
+def origin(samples: list[dict], label: str) -> float:
+    """When `label`'s clients began (its first sample past "starting"), on the run's clock:
+    every series is drawn from there, so servers that took longer to start (or a storm's
+    gateway filling its buffer at the load's rate) line up with their peers."""
+    mine = [s for s in samples if s["series"] == label]
+    return next((s["t"] for s in mine if s["phase"] != "starting"), mine[0]["t"] if mine else 0.0)
+
+
+def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
+    """(seconds since the clients began, value) for each sample of `label` that has `key`."""
+    zero = origin(samples, label)
+    rows = [s for s in samples if s["series"] == label and s.get(key) is not None]
+    return [round(s["t"] - zero, 3) for s in rows], [s[key] for s in rows]
+
+
+def per_second(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
+    """A counter's rate over each interval between two samples (drawn at the interval's end);
+    an interval where it went back (a new client's counts: soak's next cycle) is left out."""
+    xs, ys = of(samples, label, key)
+    pairs = [(x1, (y1 - y0) / (x1 - x0)) for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:]) if x1 > x0 and y1 >= y0]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+def quantile(counts: list[float], bounds: list[float], q: float) -> float | None:
+    """The bound of the bucket the q-quantile falls in (counts per bucket, not cumulative)."""
+    total = sum(counts)
+    if not total:
+        return None
+    running = 0.0
+    for count, bound in zip(counts, bounds):
+        running += count
+        if running >= q * total:
+            return bound
+    return bounds[-1]
+
+
+def latency(samples: list[dict], label: str, q: float) -> tuple[list[float], list[float]]:
+    """Delivery latency's q-quantile (ms) over each interval, from the client's histogram
+    (the last bucket, over 5 s, drawn at twice its lower bound)."""
+    xs, hists = of(samples, label, "latency_histogram")
+    bounds = [*LATENCY_BOUNDS_MS, LATENCY_BOUNDS_MS[-1] * 2]
+    out = []
+    for x, h0, h1 in zip(xs[1:], hists, hists[1:]):
+        if any(b < a for a, b in zip(h0, h1)):  # a new client's counts (soak's next cycle)
+            continue
+        value = quantile([b - a for a, b in zip(h0, h1)], bounds, q)
+        if value is not None:
+            out.append((x, value))
+    return [x for x, _ in out], [y for _, y in out]
+
+
+def jitter_p99(samples: list[dict], label: str) -> tuple[list[float], list[float]]:
+    """The gateway's heartbeat jitter p99 (ms) over each interval, from its histogram."""
+    xs, hists = of(samples, label, "jitter_histogram")
+    out = []
+    for x, h0, h1 in zip(xs[1:], hists, hists[1:]):
+        bounds = sorted(h1, key=lambda b: float(b))
+        cumulative = [h1[b] - h0.get(b, 0) for b in bounds]
+        counts = [c - p for c, p in zip(cumulative, [0.0, *cumulative])]
+        value = quantile(counts, [float(b) * 1000 for b in bounds], 0.99)
+        if value is not None and value != float("inf"):
+            out.append((x, value))
+    return [x for x, _ in out], [y for _, y in out]
+
+
+def cpu_cores(samples: list[dict], label: str) -> tuple[list[float], list[float]]:
+    return per_second(samples, label, "cpu_s")
+
+
+def rss_mib(samples: list[dict], label: str) -> tuple[list[float], list[float]]:
+    xs, ys = of(samples, label, "rss_kib")
+    return xs, [y / 1024 for y in ys]
+
+
+def deliveries(samples: list[dict], label: str) -> tuple[list[float], list[float]]:
+    xs, ys = per_second(samples, label, "deliveries")
+    return (xs, ys) if xs else per_second(samples, label, "server_delivered")
+
+
+def lost(samples: list[dict], label: str) -> tuple[list[float], list[float]]:
+    xs, ys = of(samples, label, "lost")
+    return (xs, ys) if any(ys) else of(samples, label, "lost_to_lag")
+
+
+def replayed(samples: list[dict], label: str) -> tuple[list[float], list[float], str]:
+    xs, ys = of(samples, label, "replayed")
+    if any(ys):
+        return xs, ys, "replay complete (client)"
+    xs, ys = of(samples, label, "replays")
+    return xs, ys, "replays begun (gateway)"
+
+
+# --- the charts ---
+
+def _axes(title: str, ylabel: str):
+    fig, ax = plt.subplots()
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("seconds since the clients began (before 0: the server starting)")
+    ax.set_ylabel(ylabel)
+    return fig, ax
+
+
+def _finish(fig, ax) -> bool:
+    """Whether anything was drawn (an empty chart is left out)."""
+    if not ax.get_lines():
+        plt.close(fig)
+        return False
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return True
+
+
+def charts(samples: list[dict], storm: bool = False) -> dict:
+    """name -> matplotlib Figure, for every chart that has data. Each line's label is the
+    series' label (with ` failed`, ` p99`, ... for a second line of the same series)."""
+    names = labels(samples)
+    colours = {label: f"C{i % 10}" for i, label in enumerate(names)}
+    out = {}
+
+    def chart(name, title, ylabel, lines):
+        fig, ax = _axes(title, ylabel)
+        for label, suffix, style, (xs, ys) in lines:
+            if xs and any(y is not None for y in ys):
+                ax.plot(xs, ys, style, color=colours[label], label=label + suffix, linewidth=1.2)
+        if _finish(fig, ax):
+            out[name] = fig
+
+    chart("ramp", "Watchers open (solid) and failed openings (dashed)", "watchers",
+          [line for label in names for line in ((label, "", "-", of(samples, label, "open")),
+                                                 (label, " failed", "--", of(samples, label, "failed")))])
+    chart("deliveries", "Deliveries a second", "deliveries/s",
+          [(label, "", "-", deliveries(samples, label)) for label in names])
+    chart("latency", "Delivery latency p50 (solid) and p99 (dashed)", "ms",
+          [line for label in names for line in ((label, " p50", "-", latency(samples, label, 0.5)),
+                                                 (label, " p99", "--", latency(samples, label, 0.99)))])
+    chart("cpu", "Server CPU (its whole process tree)", "cores", [(l, "", "-", cpu_cores(samples, l)) for l in names])
+    chart("rss", "Server resident memory (its whole process tree)", "MiB",
+          [(l, "", "-", rss_mib(samples, l)) for l in names])
+    if storm:
+        lines = []
+        for label in names:
+            xs, ys, what = replayed(samples, label)
+            lines.append((label, f" ({what})", "-", (xs, ys)))
+        chart("replay", "Watchers whose replay is complete", "watchers", lines)
+    chart("lost", "Events lost to lag (cumulative)", "events", [(l, "", "-", lost(samples, l)) for l in names])
+    chart("jitter", "Heartbeat jitter p99 (gateway's histogram, per interval)", "ms",
+          [(l, "", "-", jitter_p99(samples, l)) for l in names])
+    return out
+
+
+# --- the page ---
+
+def fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+    return str(value)
+
+
+def machine() -> dict:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": model, "kernel": platform.release(),
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def _run_text(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return ((out.stdout + out.stderr).strip() or None) if out.returncode == 0 else None
+
+
+def versions() -> dict:
+    found = {"gateway commit": _run_text(["git", "describe", "--always", "--dirty"])}
+    for package in ("murmur-gateway", "uvloop", "hypercorn", "matplotlib", "rich"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    nginx = _run_text(["nginx", "-v"])
+    found["nginx"] = nginx.split("/", 1)[-1] if nginx else None
+    found["libnginx-mod-nchan"] = _run_text(["dpkg-query", "-W", "-f", "${Version}", "libnginx-mod-nchan"])
+    return found
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }} td, th {{ border: 1px solid #ccc; padding: 2px 8px; }}
+td.n {{ text-align: right; font-variant-numeric: tabular-nums; }} pre {{ background: #f4f4f4; padding: 8px;
+white-space: pre-wrap; }} figure {{ margin: 1.5em 0; }} img.chart {{ max-width: 100%; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>Started {started}. Every chart is also a file beside this page; run.json holds every sample.</p>
+<h2>Command</h2><pre id="command">{command}</pre>
+<h2>Figures</h2>
+<table id="figures"><thead><tr><th>figure</th>{heads}</tr></thead><tbody>
+{rows}
+</tbody></table>
+<h2>Charts</h2>
+{charts}
+<h2>Machine and versions</h2>
+<table id="machine"><tbody>
+{machine}
+</tbody></table>
+</body></html>
+"""
+
+
+def _cell(value) -> str:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f'<td{" class=n" if numeric else ""}>{html.escape(fmt(value))}</td>'
+
+
+def page(run: dict, svgs: dict[str, bytes]) -> str:
+    figures = run["figures"]
+    rows = "\n".join(f"<tr><th>{html.escape(str(row[0]))}</th>{''.join(_cell(v) for v in row[1:])}</tr>"
+                     for row in figures["rows"])
+    charts_html = "\n".join(
+        f'<figure id="chart-{name}"><img class="chart" alt="{name}" '
+        f'src="data:image/svg+xml;base64,{base64.b64encode(svg).decode()}">'
+        f'<figcaption><a href="{name}.svg">{name}.svg</a></figcaption></figure>'
+        for name, svg in svgs.items())
+    about = {**{f"machine: {k}": v for k, v in run["machine"].items()},
+             **{f"version: {k}": v for k, v in run["versions"].items()}}
+    machine_html = "\n".join(f"<tr><th>{html.escape(k)}</th>{_cell(v)}</tr>" for k, v in about.items())
+    return PAGE.format(title=html.escape(f"{run['command']}: load run"), started=html.escape(run["started"]),
+                       command=html.escape(run["command_line"]),
+                       heads="".join(f"<th>{html.escape(c)}</th>" for c in figures["columns"]),
+                       rows=rows, charts=charts_html or "<p>No samples were taken.</p>", machine=machine_html)
+
+
+def svg_bytes(fig) -> bytes:
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write(directory: str, run: dict) -> str:
+    """run.json, the charts and index.html into `directory`; the page's path."""
+    os.makedirs(directory, exist_ok=True)
+    run = {"machine": machine(), "versions": versions(), **run}
+    with open(os.path.join(directory, "run.json"), "wb") as fh:
+        fh.write(orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    svgs = {name: svg_bytes(fig) for name, fig in charts(run["samples"], storm=run.get("storm", False)).items()}
+    for name, svg in svgs.items():
+        with open(os.path.join(directory, f"{name}.svg"), "wb") as fh:
+            fh.write(svg)
+    path = os.path.join(directory, "index.html")
+    with open(path, "w") as fh:
+        fh.write(page(run, svgs))
+    return path
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """The exact command as typed: `python -m MODULE ARGS`."""
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Draw a kept run again: `python -m loadtest.report RUN_JSON DIR` (its figures, samples,
+    command line, machine and versions as recorded; the charts as this module draws them now)."""
+    import argparse
+    p = argparse.ArgumentParser(description=main.__doc__.split("\n", 1)[0])
+    p.add_argument("run_json", help="a run.json that --report wrote")
+    p.add_argument("directory", help="where the page and its charts go")
+    args = p.parse_args(argv)
+    with open(args.run_json, "rb") as fh:
+        print(write(args.directory, orjson.loads(fh.read())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
