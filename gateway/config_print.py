@@ -22,7 +22,9 @@ import time
 from typing import Any
 
 from gateway import config_found, tls, version
-from gateway.config import OPTIONS, SECTIONS, TOKEN_KEYS, Jwt, Option, Resolution, TokenRule, default_words
+from gateway.config import OPTIONS, SECTIONS, Jwt, Option, TokenRule, default_words
+from gateway.config_authentication import TOKEN_KEYS
+from gateway.config_resolve import Resolution
 
 
 def toml_value(value: Any) -> str:

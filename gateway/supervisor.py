@@ -301,7 +301,7 @@ class Supervisor:
         self.log.info("config reloaded", **fields, **({"restart_needed": restart_only} if restart_only else {}))
 
     def _recheck_certificate(self) -> bool:
-        """With TLS: the pair was read again, and loads (config.load checked it, as at start:
+        """With TLS: the pair was read again, and loads (config_resolve.load checked it, as at start:
         one that does not rejects the reload); the expiry gauge follows it, and the workers
         load it (worker/reload.py)."""
         if not tls.enabled(self.config.certfile, self.config.keyfile):

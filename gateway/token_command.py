@@ -16,7 +16,7 @@ import json
 import secrets
 import sys
 
-from gateway.config import SCOPES
+from gateway.config_authentication import SCOPES
 
 TOKEN_BYTES = 32
 

@@ -18,7 +18,7 @@ import sys
 
 import trustme
 
-from gateway import config
+from gateway import config, config_resolve
 from gateway.config_print import EXAMPLE, markdown
 from gateway_harness import ROOT, judged
 
@@ -88,8 +88,8 @@ def test_print_config_round_trips_through_check_and_keeps_no_secret(tmp_path, ce
     assert (checked.returncode, checked.stdout, checked.stderr) == (0, "configuration ok\n", "")
     copy = tmp_path / "printed.toml"
     copy.write_text(text)
-    original = config.load(["--config", path, "--max-headers", "50"], environ=env)
-    assert config.load(["--config", str(copy)], environ={}) == dataclasses.replace(original, upstream_token=None)
+    original = config_resolve.load(["--config", path, "--max-headers", "50"], environ=env)
+    assert config_resolve.load(["--config", str(copy)], environ={}) == dataclasses.replace(original, upstream_token=None)
 
 
 def test_print_config_of_a_bad_configuration_is_its_problems():
@@ -110,7 +110,7 @@ def test_the_docs_option_table_is_what_the_declarations_write():
 def test_the_docs_example_loads(tmp_path):
     path = tmp_path / "gateway.toml"
     path.write_text(EXAMPLE)
-    cfg = config.load(["--config", str(path)], environ={})
+    cfg = config_resolve.load(["--config", str(path)], environ={})
     assert [rule.name for rule in cfg.tokens] == ["dashboard"] and cfg.client_request_rate == 5
 
 

@@ -150,13 +150,13 @@ def test_a_worker_booting_while_a_reload_lands_applies_it(tmp_path):
 
 
 def test_reread_names_restart_only_settings(tmp_path):
-    from gateway import config as config_module
+    from gateway.config_resolve import load
     from gateway.config_reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))
     argv = ["--config", str(door), "--bind", "127.0.0.1:0"]
-    running = config_module.load(argv, {})
+    running = load(argv, {})
     door.write_text(f"trusted-proxies = '10.0.0.0/8'\nworkers = {running.workers + 1}\n"
                     "[lifecycle]\nmax_queued_tasks = 5\n" + token_table(AFTER))
     applied, settings, restart_only = reread(running, argv)
@@ -170,13 +170,13 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     """Public to tokens, or back, needs a restart (the card, the watch page and the open
     streams were made for the door it started with): the tokens stay as they run, the other
     reloadable settings apply, and the door is named among the restart-only settings."""
-    from gateway import config as config_module
+    from gateway.config_resolve import load
     from gateway.config_reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text("")
     argv = ["--config", str(door)]
-    public = config_module.load(argv, {})
+    public = load(argv, {})
     door.write_text("max-streams-per-client = 3\n" + token_table(AFTER))
     applied, settings, restart_only = reread(public, argv)
     assert applied.tokens == () and settings["tokens"] == ()
@@ -184,7 +184,7 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     assert restart_only == ["[network.authentication] (public or with tokens)"]
 
     door.write_text(token_table(BEFORE))
-    guarded = config_module.load(argv, {})
+    guarded = load(argv, {})
     door.write_text("")
     applied, settings, restart_only = reread(guarded, argv)
     assert [t.name for t in applied.tokens] == ["alice", "bob", "dave"]

@@ -1,0 +1,111 @@
+"""[network.authentication]: the door's tables, read and checked. Without it the door is public.
+
+`[[network.authentication.tokens]]` holds static tokens (a name, the token's sha256, the methods
+it may call, optionally `max_streams` and `expires`); `[network.authentication.jwt]` holds the
+key JWTs are verified with (gateway/jwt_keys.py). Their keys are declared in gateway/config.py
+(`TokenRule`, `Jwt`); the rules here are what an entry must hold: a digest of 64 hex digits,
+scopes that name served methods, an offset date-time, no digest twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from gateway import jwt_keys
+from gateway.config import ConfigError, Jwt, TokenRule
+from gateway.config_file import section, table
+from gateway.config_values import file_value, parse_nonnegative_int, shown
+from gateway.protocol.activation import METHODS
+
+
+SCOPES = ("*",) + METHODS
+TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
+
+
+def _token(entry: Any, where: str, default_name: str) -> TokenRule:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    for name in entry:
+        if name not in TOKEN_KEYS:
+            raise ConfigError(f"{where} {name}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}")
+    name = entry.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where} name: {shown(name)} is not a name; it accepts non-empty text")
+    digest = entry.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or any(
+            c not in "0123456789abcdef" for c in digest.lower()):
+        raise ConfigError(f"{where} sha256: must be the token's sha256 as 64 hex digits")
+    scopes = entry.get("scopes")
+    if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
+        raise ConfigError(f"{where} scopes: must be a non-empty array of method names, or [\"*\"]")
+    for scope in scopes:
+        if scope not in SCOPES:
+            raise ConfigError(f"{where} scopes: {scope!r} is not a method this gateway serves; "
+                              f"it accepts \"*\" or {', '.join(METHODS)}")
+    try:
+        max_streams = file_value(parse_nonnegative_int, entry.get("max_streams", 0))
+    except ValueError as exc:
+        raise ConfigError(f"{where} max_streams: {exc}") from None
+    return TokenRule(name, digest.lower(), tuple(scopes), max_streams, _expiry(entry.get("expires"), where))
+
+
+def _expiry(value: Any, where: str) -> float | None:
+    """A token's `expires`: a TOML offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime.datetime) or value.tzinfo is None:
+        written = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else shown(value)
+        raise ConfigError(f"{where} expires: {written} is not a date-time with its offset; it accepts a "
+                          "TOML date-time such as 2027-01-01T00:00:00Z, unquoted")
+    return value.timestamp()
+
+
+def _authentication(data: dict) -> dict | None:
+    """[network.authentication], its keys checked; None without it (a public door)."""
+    if "network" not in data:
+        return None
+    network = table(data, "network", ("authentication",))
+    if "authentication" not in network:
+        return None
+    return table(network, "network.authentication", ("tokens", "jwt"))
+
+
+def jwt_table(data: dict) -> Jwt | None:
+    """[network.authentication.jwt], its key file read and fitted to its algorithms; None without it."""
+    auth = _authentication(data)
+    if auth is None or "jwt" not in auth:
+        return None
+    settings = section(auth, "network.authentication.jwt", Jwt)
+    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms)
+    if problem is not None:
+        raise ConfigError(problem)
+    return dataclasses.replace(settings, key=key)
+
+
+def token_rules(data: dict) -> tuple[TokenRule, ...]:
+    """[[network.authentication.tokens]]: none without the table, else at least one token (or
+    the jwt table); two entries may share a name (a token and its successor during a
+    rotation), never a digest."""
+    auth = _authentication(data)
+    if auth is None:
+        return ()
+    entries = auth.get("tokens")
+    if isinstance(entries, dict):
+        raise ConfigError("config [network.authentication.tokens]: one table, where each token is an "
+                          "entry of the array [[network.authentication.tokens]] (two brackets)")
+    if entries is None and "jwt" in auth:
+        return ()
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]] "
+                          "and no [network.authentication.jwt]; remove the table for a public door")
+    rules: list[TokenRule] = []
+    for i, entry in enumerate(entries):
+        rule = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
+        for other in rules:
+            if other.sha256 == rule.sha256:
+                raise ConfigError(f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
+                                  f"sha256: the same token as {other.name!r}")
+        rules.append(rule)
+    return tuple(rules)
