@@ -24,41 +24,47 @@ SCOPES = ("*",) + METHODS
 TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
 
 
-def _token(entry: Any, where: str, default_name: str) -> TokenRule:
+def _token(entry: Any, where: str, default_name: str) -> tuple[TokenRule | None, list[str]]:
+    """One entry of the token table: its rule, or None and every problem it has, one line each."""
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: must be a table")
-    for name in entry:
-        if name not in TOKEN_KEYS:
-            raise ConfigError(f"{where} {name}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}")
+        return None, [f"{where}: must be a table"]
+    problems = [f"{where} {key}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}"
+                for key in entry if key not in TOKEN_KEYS]
     name = entry.get("name", default_name)
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where} name: {shown(name)} is not a name; it accepts non-empty text")
+        problems.append(f"{where} name: {shown(name)} is not a name; it accepts non-empty text")
     digest = entry.get("sha256")
     if not isinstance(digest, str) or len(digest) != 64 or any(
             c not in "0123456789abcdef" for c in digest.lower()):
-        raise ConfigError(f"{where} sha256: must be the token's sha256 as 64 hex digits")
+        problems.append(f"{where} sha256: must be the token's sha256 as 64 hex digits")
     scopes = entry.get("scopes")
     if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
-        raise ConfigError(f"{where} scopes: must be a non-empty array of method names, or [\"*\"]")
-    for scope in scopes:
-        if scope not in SCOPES:
-            raise ConfigError(f"{where} scopes: {scope!r} is not a method this gateway serves; "
-                              f"it accepts \"*\" or {', '.join(METHODS)}")
-    try:
-        max_streams = file_value(parse_nonnegative_int, entry.get("max_streams", 0))
-    except ValueError as exc:
-        raise ConfigError(f"{where} max_streams: {exc}") from None
-    return TokenRule(name, digest.lower(), tuple(scopes), max_streams, _expiry(entry.get("expires"), where))
+        problems.append(f"{where} scopes: must be a non-empty array of method names, or [\"*\"]")
+    else:
+        problems += [f"{where} scopes: {scope!r} is not a method this gateway serves; "
+                     f"it accepts \"*\" or {', '.join(METHODS)}" for scope in scopes if scope not in SCOPES]
+    values: dict[str, Any] = {"max_streams": 0, "expires": None}
+    for key, parse in (("max_streams", _max_streams), ("expires", parse_expires)):
+        try:
+            if key in entry:
+                values[key] = parse(entry[key])
+        except ValueError as exc:
+            problems.append(f"{where} {key}: {exc}")
+    if problems:
+        return None, problems
+    return TokenRule(name, digest.lower(), tuple(scopes), **values), []
 
 
-def _expiry(value: Any, where: str) -> float | None:
+def _max_streams(value: Any) -> int:
+    return file_value(parse_nonnegative_int, value)
+
+
+def parse_expires(value: Any) -> float:
     """A token's `expires`: a TOML offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds."""
-    if value is None:
-        return None
     if not isinstance(value, datetime.datetime) or value.tzinfo is None:
         written = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else shown(value)
-        raise ConfigError(f"{where} expires: {written} is not a date-time with its offset; it accepts a "
-                          "TOML date-time such as 2027-01-01T00:00:00Z, unquoted")
+        raise ValueError(f"{written} is not a date-time with its offset; it accepts a TOML date-time "
+                         "such as 2027-01-01T00:00:00Z, unquoted")
     return value.timestamp()
 
 
@@ -87,7 +93,8 @@ def jwt_table(data: dict) -> Jwt | None:
 def token_rules(data: dict) -> tuple[TokenRule, ...]:
     """[[network.authentication.tokens]]: none without the table, else at least one token (or
     the jwt table); two entries may share a name (a token and its successor during a
-    rotation), never a digest."""
+    rotation), never a digest. Every bad entry's every problem is a line of the one
+    ConfigError."""
     auth = _authentication(data)
     if auth is None:
         return ()
@@ -101,11 +108,16 @@ def token_rules(data: dict) -> tuple[TokenRule, ...]:
         raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]] "
                           "and no [network.authentication.jwt]; remove the table for a public door")
     rules: list[TokenRule] = []
+    problems: list[str] = []
     for i, entry in enumerate(entries):
-        rule = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
-        for other in rules:
-            if other.sha256 == rule.sha256:
-                raise ConfigError(f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
-                                  f"sha256: the same token as {other.name!r}")
-        rules.append(rule)
+        rule, wrong = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
+        twin = next((other for other in rules if rule is not None and other.sha256 == rule.sha256), None)
+        if twin is not None:
+            wrong = [f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
+                     f"sha256: the same token as {twin.name!r}"]
+        elif rule is not None:
+            rules.append(rule)
+        problems += wrong
+    if problems:
+        raise ConfigError(*problems)
     return tuple(rules)

@@ -8,7 +8,7 @@ and says what it accepts; the CLI prints it on one line and exits 2. So is a ``M
 variable no option reads, and an option that would take no effect (its `needs`/`excludes`);
 the file's own rules are gateway/config_file.py's and gateway/config_authentication.py's.
 `resolve` collects every problem (--check and a failed start print them all, one line each);
-`load` raises the first.
+`load` raises them in one ConfigError (its message the first, `lines` all of them).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def argument_parser() -> argparse.ArgumentParser:
 class Resolution:
     """What `resolve` made of a command line, the environment and the file: each option's
     value and where it came from, or the problems (one line each, in the order a start meets
-    them: `load` raises the first, --check prints them all)."""
+    them: `load` raises them, --check prints them all)."""
 
     args: argparse.Namespace | None = None
     path: str | None = None  # the --config file
@@ -157,9 +157,10 @@ def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = N
 
 
 def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Resolve every setting; raises ConfigError naming the first bad one. Reads the TOML file
-    and nothing else, so it can run again, on a reload, to validate the file before applying it."""
+    """Resolve every setting; raises ConfigError whose message names the first bad one and whose
+    `lines` name every one (a reload logs them all). Reads the TOML file and nothing else, so it
+    can run again, on a reload, to validate the file before applying it."""
     result = resolve(argv, environ)
     if result.config is None:
-        raise ConfigError(result.problems[0])
+        raise ConfigError(*result.problems)
     return result.config

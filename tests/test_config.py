@@ -55,7 +55,7 @@ BAD_VALUES = [  # (command line, environment, a file or None, what the refusal n
     ([], {}, "[lifecycle]\nmax_queued_tasks = -3\n", "max_queued_tasks"),
     ([], {}, "bogus = 1\n", "bogus"),
     ([], {}, "this is = not toml = \n", "not valid TOML"),
-    ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\n", "sha256"),
+    ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\nscopes = [\"*\"]\n", "sha256"),
 ]
 
 
@@ -362,6 +362,42 @@ def test_check_says_every_problem_one_line_each(tmp_path, listener):
         "--sim-load-size: takes effect only with --sim-load (a rate above 0), which is not set",
         "config [inference] max_turns: 2.5 is not a whole number; it accepts 0 or more",
     ]
+
+
+# A token table whose every entry is wrong, several ways at once, and --check's line for each.
+BAD_TOKENS = (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
+              '[[network.authentication.tokens]]\nname = ""\nsha256 = "abc"\nscopes = ["GetTsk", "Bogus"]\n'
+              'max_streams = -1\nexpire = 2027-01-01T00:00:00Z\n'
+              f'[[network.authentication.tokens]]\nname = "twin"\nsha256 = "{DIGEST.upper()}"\nscopes = ["*"]\n'
+              '[[network.authentication.tokens]]\nname = "late"\nscopes = []\nexpires = 2027-01-01\n')
+ENTRY = "config [[network.authentication.tokens]] #"
+SERVED = ('it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, SendMessage, '
+          "GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard")
+BAD_TOKEN_LINES = [
+    f"{ENTRY}2 expire: unknown setting; a token takes name, sha256, scopes, max_streams, expires",
+    f"{ENTRY}2 name: '' is not a name; it accepts non-empty text",
+    f"{ENTRY}2 sha256: must be the token's sha256 as 64 hex digits",
+    f"{ENTRY}2 scopes: 'GetTsk' is not a method this gateway serves; {SERVED}",
+    f"{ENTRY}2 scopes: 'Bogus' is not a method this gateway serves; {SERVED}",
+    f"{ENTRY}2 max_streams: -1 is out of range; it accepts 0 or more",
+    f"{ENTRY}3 (twin) sha256: the same token as 'ops'",
+    f"{ENTRY}4 sha256: must be the token's sha256 as 64 hex digits",
+    f'{ENTRY}4 scopes: must be a non-empty array of method names, or ["*"]',
+    f"{ENTRY}4 expires: 2027-01-01 is not a date-time with its offset; it accepts a TOML date-time "
+    "such as 2027-01-01T00:00:00Z, unquoted",
+]
+
+
+def test_check_names_every_problem_of_every_token_entry_one_line_each(tmp_path, listener):
+    """The token table does not stop at its first bad entry, nor an entry at its first bad key."""
+    path = tmp_path / "gw.toml"
+    path.write_text("max-body-bytes = -5\n" + BAD_TOKENS)
+    assert checked(path, listener) == [
+        "config max-body-bytes: -5 is out of range; it accepts 1 or more", *BAD_TOKEN_LINES]
+    start = refused_start("--config", str(path))  # a start refuses it in the same lines
+    assert (start.returncode, start.stdout) == (2, "")
+    assert start.stderr.splitlines() == ["mur-gateway: config max-body-bytes: -5 is out of range; it "
+                                         "accepts 1 or more", *("mur-gateway: " + line for line in BAD_TOKEN_LINES)]
 
 
 @pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
-from gateway_harness import running_gateway, scrape, token_table, wait_for
+from gateway_harness import judged, running_gateway, scrape, token_table, wait_for
 from http_client import rpc
 from sse_reading import SSEStream
 
@@ -189,3 +189,28 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     applied, settings, restart_only = reread(guarded, argv)
     assert [t.name for t in applied.tokens] == ["alice", "bob", "dave"]
     assert restart_only == ["[network.authentication] (public or with tokens)"]
+
+
+def test_a_rejected_reload_logs_every_problem_of_the_file(tmp_path):
+    """A file with problems in the options, two token entries and the JWT table: the reload's
+    one line names every problem, as --check does for the same file, and nothing changes."""
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), workers=1, metrics=True, tmp_path=tmp_path) as gw:
+        door.write_text("max-body-bytes = -5\n" + token_table([("bob", BOB, ["Bogus"])])
+                        + '[[network.authentication.tokens]]\nname = "carol"\nsha256 = "abc"\nscopes = ["*"]\n'
+                        + '[network.authentication.jwt]\nkey_file = "missing.pem"\nalgorithms = ["ES999"]\n')
+        checked = judged("--check", "--config", str(door))
+        assert checked.returncode == 2
+        problems = [line.removeprefix("mur-gateway: ") for line in checked.stderr.splitlines()]
+        assert len(problems) == 4, problems
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(lambda: reloads(gw) == (0, 1), what="the file rejected")
+        line = next(r for r in gw.logs() if r.get("event") == "config reload rejected; nothing changed")
+        assert line["problems"] == problems
+        assert line["problem"] == problems[0]
+        assert [p.split(":")[0] for p in problems] == [
+            "config max-body-bytes", "config [[network.authentication.tokens]] #1 scopes",
+            "config [[network.authentication.tokens]] #2 sha256", "config [network.authentication.jwt] algorithms"]
+        assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 200  # the tokens as they ran
+        assert rpc(gw.port, "ListTasks", {}, token=BOB)[0] == 200
