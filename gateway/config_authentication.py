@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import tomllib
 from typing import Any
 
 from gateway import jwt_keys
@@ -59,13 +60,25 @@ def _max_streams(value: Any) -> int:
     return file_value(parse_nonnegative_int, value)
 
 
-def parse_expires(value: Any) -> float:
-    """A token's `expires`: a TOML offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds."""
+def parse_expires(value: Any, accepts: str = "a TOML date-time such as 2027-01-01T00:00:00Z, unquoted"
+                  ) -> float:
+    """A token's `expires`: an offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds;
+    `accepts` says in words what a refusal's setting takes."""
     if not isinstance(value, datetime.datetime) or value.tzinfo is None:
         written = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else shown(value)
-        raise ValueError(f"{written} is not a date-time with its offset; it accepts a TOML date-time "
-                         "such as 2027-01-01T00:00:00Z, unquoted")
+        raise ValueError(f"{written} is not a date-time with its offset; it accepts {accepts}")
     return value.timestamp()
+
+
+def expires_from_text(text: str) -> float:
+    """`expires` written on a command line (`token new --expires`): RFC 3339 with its offset,
+    read as TOML reads the file's unquoted date-time and refused in `parse_expires`'s words."""
+    try:
+        value = tomllib.loads(f"expires = {text}").get("expires") if "\n" not in text else text
+    except tomllib.TOMLDecodeError:
+        value = text
+    return parse_expires(value, "an RFC 3339 date-time such as 2027-01-01T00:00:00Z or "
+                                "2027-01-01T01:00:00+01:00")
 
 
 def _authentication(data: dict) -> dict | None:

@@ -221,7 +221,8 @@ TOKEN_WORDS = {
     "scopes": 'the methods it may call, or `["*"]`',
     "max_streams": "open streams with this token across workers; `0`: no limit (429 beyond)",
     "expires": "optional: a TOML date-time with its offset (`2027-01-01T00:00:00Z`, unquoted); from "
-               "then the token is answered 401 as an unknown one, and its open streams end",
+               "then the token is answered 401 as an unknown one, and its open streams end; `--check` "
+               "warns of one already past",
 }
 if tuple(TOKEN_WORDS) != TOKEN_KEYS:
     raise AssertionError("a token key without its words in docs/configuration.md")

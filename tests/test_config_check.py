@@ -1,7 +1,7 @@
 """`mur-gateway --check` and `--print-config`, as real processes, and docs/configuration.md.
 
 --check of a good configuration says `configuration ok`; of a bad TLS pair or an expired
-certificate, one line. --print-config's TOML is taken back by --config (the same settings,
+certificate, one line; of a static token past its `expires`, a warning and still ok. --print-config's TOML is taken back by --config (the same settings,
 from a pipe), names each value's origin, and never holds a secret. The docs' option table is
 what the options' declarations write. (The strict-file refusals, in the start's words, are
 checked in tests/test_config.py beside the start's own.)
@@ -64,6 +64,21 @@ def test_an_expired_certificate_is_one_line(tmp_path):
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (f"mur-gateway: --certfile {certfile}: the certificate expired "
                              "2020-01-31 00:00:00 UTC; clients refuse it\n")
+
+
+def test_a_static_token_past_its_expires_is_a_warning_naming_it_not_a_failure(tmp_path):
+    """The file is valid (a reload would apply it), but the token opens nothing: --check says
+    so, naming the entry, and still passes; a token that expires later is not named."""
+    path = tmp_path / "gw.toml"
+    path.write_text(f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
+                    "expires = 2099-01-01T00:00:00Z\n"
+                    f'[[network.authentication.tokens]]\nname = "old-ops"\nsha256 = "{"c" * 64}"\n'
+                    'scopes = ["*"]\nexpires = 2020-01-01T02:00:00+02:00\n')
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout) == (0, "configuration ok\n"), result.stderr
+    assert result.stderr == ("mur-gateway: warning: config [[network.authentication.tokens]] #2 (old-ops) "
+                             "expires: 2020-01-01T00:00:00Z is past; the token opens nothing (remove the "
+                             "entry, or give it a later expires)\n")
 
 
 def test_print_config_round_trips_through_check_and_keeps_no_secret(tmp_path, certs):
