@@ -4,7 +4,9 @@
 it may call, optionally `max_streams` and `expires`); `[network.authentication.jwt]` holds the
 key JWTs are verified with (gateway/jwt_keys.py). Their keys are declared in gateway/config.py
 (`TokenRule`, `Jwt`); the rules here are what an entry must hold: a digest of 64 hex digits,
-scopes that name served methods, an offset date-time, no digest twice.
+scopes that name served methods, an offset date-time, no digest twice. Every entry is read and
+every problem of each is a line (--check and a rejected reload name them all), as the rest of
+the file's are.
 """
 
 from __future__ import annotations

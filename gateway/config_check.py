@@ -1,8 +1,8 @@
 """`mur-gateway --check` and `--print-config`: the configuration judged without starting.
 
 `--check` validates everything a start validates (the file, every option and value, the TLS
-pair, the upstream's URL and CA file, the token table: `config_resolve.resolve`) and binds no port
-and starts no process, so an operator can run it from `ExecReload` or an init container
+pair, the upstream's URL and CA file, the token table: `config_resolve.resolve`) and binds no
+port and starts no process, so an operator can run it from `ExecReload` or an init container
 before the real reload. It adds one thing a start does not refuse: a certificate past its
 notAfter, which every client would refuse. Each problem is one line, as the start prints it
 (`refuse`: every problem found, not only the first). A static token whose `expires` is past
@@ -16,9 +16,9 @@ import sys
 import time
 
 from gateway import tls
-from gateway.config_resolve import Resolution
 from gateway.config import Config
 from gateway.config_print import print_config, toml_datetime
+from gateway.config_resolve import Resolution
 
 
 def problems(resolution: Resolution, now: float) -> list[str]:
