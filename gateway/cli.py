@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from gateway import config as config_module, config_check
+from gateway import config as config_module, config_check, config_resolve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
         from gateway import token_command
 
         return token_command.main(words[1:])
-    resolution = config_module.resolve(argv)
+    resolution = config_resolve.resolve(argv)
     if resolution.args is not None and (resolution.args.check or resolution.args.print_config):
         return config_check.run(resolution)
     if resolution.config is None:  # every problem, one line each, as --check prints them

@@ -1,40 +1,32 @@
-"""Every setting of the gateway in one place: each option declared once, as a `Config` field.
+"""Every setting of the gateway in one place: each option declared once, as a `Config` field,
+and each key of the file's tables as a field of its table's class.
 
 A field's declaration (`option`) holds the option's default, parser, help, whether a reload
 applies it and what it needs or excludes; its flag, environment variable and TOML key follow
 from its name. argparse, the environment, the file, --print-config and docs/configuration.md
-are derived from these (`OPTIONS`), so an option is added with one field.
+are derived from these (`OPTIONS`), so an option is added with one field. The file's tables
+([lifecycle], [inference], [network.authentication]'s tokens and jwt) declare their keys the
+same way (`_setting`), with their defaults and parsers.
 
-A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else from the
-``--config`` TOML file (its key kebab-case or snake_case, not both), else the default. A value
-that does not parse is a ``ConfigError`` whose message names the option and where the value
-came from, and says what it accepts; the CLI prints it on one line and exits 2. The file is
-strict: a table or key not known here is refused the same way, since a misspelt one would
-otherwise be ignored (and in ``[network.authentication]`` a typo would open the door); so is
-a value of the wrong TOML type (a number in quotes), a ``MUR_GATEWAY_*`` variable no option
-reads, and an option that would take no effect. `resolve` collects every problem (--check and
-a failed start print them all, one line each); `load` raises the first.
+This module only declares. Reading the file and its tables is gateway/config_file.py and
+gateway/config_authentication.py; turning a command line, the environment and the file into a
+`Config`, with every problem found, is gateway/config_resolve.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import datetime
-import os
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway import config_found, jwt_keys, tls, version
-from gateway.config_values import (MAX_JSON_DEPTH, Parser, file_value, one_of, parse_hostport,
+from gateway import config_found, jwt_keys
+from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport,
                                    parse_log_level, parse_metrics_bind, parse_networks,
                                    parse_nonnegative_float, parse_nonnegative_int,
                                    parse_nonnegative_seconds, parse_on_off, parse_positive_int,
-                                   parse_positive_seconds, parse_secret, parse_text, parse_url, shown,
+                                   parse_positive_seconds, parse_secret, parse_text, parse_url,
                                    whole_number)
 from gateway.board import MAX_WORKERS
-from gateway.protocol.activation import METHODS
 
 
 class ConfigError(ValueError):
@@ -91,13 +83,15 @@ class Option:
 
 
 def option(default: Any, parse: Parser, metavar: str, help: str, **more: Any) -> Any:
-    """A `Config` field that is an option (no default of its own: `load` resolves it)."""
+    """A `Config` field that is an option (no default of its own: `config_resolve.resolve`
+    resolves it)."""
     return field(metadata={"option": dict(default=default, parse=parse, metavar=metavar, help=help,
                                           **more)})
 
 
 def _setting(default: Any, parse: Parser, help: str) -> Any:
-    """A TOML table's key: its default, the parser its value must pass (`_section`), its help."""
+    """A TOML table's key: its default, the parser its value must pass (`config_file.section`),
+    its help."""
     return field(default=default, metadata={"parse": parse, "help": help})
 
 
@@ -135,7 +129,7 @@ class TokenRule:
 class Jwt:
     """[network.authentication.jwt]: JWT bearer tokens the application's backend mints,
     verified against one key (gateway/jwt_keys.py). `key` is the key file's content, read by
-    `resolve` (and again by a reload), never a TOML key and never shown."""
+    `config_authentication.jwt_table` (and again by a reload), never a TOML key and never shown."""
 
     key_file: str = _setting("", parse_text, "the HS256/384/512 secret, or the PEM public key "
                              "(RS*, PS*, ES*, EdDSA), tokens are verified with; required")
@@ -153,8 +147,8 @@ RATE = "a rate above 0"
 
 @dataclass(frozen=True)
 class Config:
-    """Every resolved setting, built by `load`; each option field declares itself (`option`).
-    A None default is either off (no --upstream, no TLS) or found at start (`found`: resolved
+    """Every resolved setting, built by `config_resolve.resolve`; each option field declares
+    itself (`option`). A None default is either off (no --upstream, no TLS) or found at start (`found`: resolved
     by gateway/config_found.py). A TOML table's keys have their defaults in Lifecycle and
     Inference."""
 
@@ -270,8 +264,7 @@ class Config:
 OPTIONS: tuple[Option, ...] = tuple(
     Option(f.name.replace("_", "-"), **f.metadata["option"])
     for f in dataclasses.fields(Config) if "option" in f.metadata)
-# Where the worker's serving and the tests found them before gateway/config_found.py held them.
-somaxconn = config_found.somaxconn
+# Where the worker's serving (worker/hypercorn/serving.py) found it before gateway/config_found.py held it.
 effective_listen_backlog = config_found.effective_listen_backlog
 BY_NAME = {opt.name: opt for opt in OPTIONS}
 SECTIONS = {"lifecycle": Lifecycle, "inference": Inference}  # TOML tables of plain settings
@@ -289,331 +282,11 @@ def _check_rules() -> None:
 _check_rules()
 
 
-class _Arguments(argparse.ArgumentParser):
-    """argparse, but a command line it cannot read is a ConfigError like any other (one line,
-    exit 2) instead of the usage text and argparse's own exit."""
-
-    def error(self, message: str):
-        raise ConfigError(message)
-
-
-def argument_parser() -> argparse.ArgumentParser:
-    parser = _Arguments(
-        prog="mur-gateway",
-        description="Fan-out gateway for the murmur capsule streaming protocol.",
-    )
-    for opt in OPTIONS:
-        parser.add_argument(
-            opt.flag, dest=opt.attr, metavar=opt.metavar, default=None,
-            help=f"{opt.help} [env {opt.env}; default {default_words(opt)}]",
-        )
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="TOML file: the options above by long name, plus [lifecycle], "
-                             "[inference] and [network.authentication] (tokens, jwt) [env MUR_GATEWAY_CONFIG]")
-    parser.add_argument("--check", action="store_true",
-                        help="validate the configuration (file, options, TLS files, tokens, JWT key) without "
-                             "starting: 'configuration ok' and exit 0, or one line per problem and exit 2")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the effective configuration as TOML that --config takes back, "
-                             "each value's origin and the values found at start as comments")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    return parser
-
-
 def default_words(opt: Option) -> Any:
     """An option's default as --help and the docs say it."""
     return opt.found if opt.default is None and opt.found else opt.default
 
 
-TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides the options
-
-
-def read_file(path: str) -> dict:
-    """The TOML file at `path` (its keys are checked by `unknown_settings` and the tables'
-    readers)."""
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"--config {path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
-                          f"offset {exc.start}); a TOML file is UTF-8") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
-    except RecursionError:  # tomllib recurses into nested arrays and inline tables
-        raise ConfigError(f"--config {path}: not valid TOML: nested too deeply") from None
-    return data
-
-
-def unknown_settings(data: dict) -> list[str]:
-    """The file's top-level tables and keys the gateway does not know, one line each (a
-    misspelt one would otherwise be ignored without a word)."""
-    options = {opt.name for opt in OPTIONS} | {opt.attr for opt in OPTIONS}
-    lines = []
-    for key, value in data.items():
-        if key in TABLES or key in options:
-            continue
-        lines.append(f"config {_spelled(key, value)}: unknown table; the file's tables are "
-                     + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
-                     f"config {key}: unknown setting; the file takes the options by their long "
-                     "name (mur-gateway --help)")
-    return lines
-
-
-def _is_table(value: Any) -> bool:
-    return isinstance(value, dict) or (isinstance(value, list) and bool(value)
-                                       and all(isinstance(v, dict) for v in value))
-
-
-def _spelled(path: str, value: Any) -> str:
-    """A table as the file wrote it: [path], or [[path]] for an array of tables."""
-    return f"[{path}]" if isinstance(value, dict) else f"[[{path}]]"
-
-
-def _table_at(data: dict, path: str) -> dict:
-    """The table at dotted `path` (its last part a key of `data`)."""
-    raw = data[path.rpartition(".")[2]]
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config [{path}]: must be a table")
-    return raw
-
-
-def _unknown_keys(raw: dict, path: str, known: tuple[str, ...]) -> list[str]:
-    """The keys of the table at `path` that are not `known`, one line each."""
-    return [f"config {what}; [{path}] takes {', '.join(known)}" for what in (
-        f"{_spelled(path + '.' + name, value)}: unknown table" if _is_table(value)
-        else f"[{path}] {name}: unknown setting"
-        for name, value in raw.items() if name not in known)]
-
-
-def _table(data: dict, path: str, known: tuple[str, ...]) -> dict:
-    """The table at dotted `path` (its last part a key of `data`), whose keys are all `known`."""
-    raw = _table_at(data, path)
-    unknown = _unknown_keys(raw, path, known)
-    if unknown:
-        raise ConfigError(*unknown)
-    return raw
-
-
-def _section(data: dict, key: str, cls: type) -> Any:
-    """[lifecycle], [inference] or [network.authentication.jwt] (`key` its dotted path, the
-    last part a key of `data`): each key's value through the parser its field names; every
-    unknown key and bad value is a line of the one ConfigError."""
-    if key.rpartition(".")[2] not in data:
-        return cls()
-    fields = {f.name: f for f in dataclasses.fields(cls) if "parse" in f.metadata}
-    raw = _table_at(data, key)
-    problems, values = _unknown_keys(raw, key, tuple(fields)), {}
-    for name, value in raw.items():
-        try:
-            if name in fields:
-                values[name] = file_value(fields[name].metadata["parse"], value)
-        except ValueError as exc:
-            problems.append(f"config [{key}] {name}: {exc}")
-    if problems:
-        raise ConfigError(*problems)
-    return cls(**values)
-
-
-SCOPES = ("*",) + METHODS
-TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
-
-
-def _token(entry: Any, where: str, default_name: str) -> TokenRule:
-    if not isinstance(entry, dict):
-        raise ConfigError(f"{where}: must be a table")
-    for name in entry:
-        if name not in TOKEN_KEYS:
-            raise ConfigError(f"{where} {name}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}")
-    name = entry.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where} name: {shown(name)} is not a name; it accepts non-empty text")
-    digest = entry.get("sha256")
-    if not isinstance(digest, str) or len(digest) != 64 or any(
-            c not in "0123456789abcdef" for c in digest.lower()):
-        raise ConfigError(f"{where} sha256: must be the token's sha256 as 64 hex digits")
-    scopes = entry.get("scopes")
-    if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
-        raise ConfigError(f"{where} scopes: must be a non-empty array of method names, or [\"*\"]")
-    for scope in scopes:
-        if scope not in SCOPES:
-            raise ConfigError(f"{where} scopes: {scope!r} is not a method this gateway serves; "
-                              f"it accepts \"*\" or {', '.join(METHODS)}")
-    try:
-        max_streams = file_value(parse_nonnegative_int, entry.get("max_streams", 0))
-    except ValueError as exc:
-        raise ConfigError(f"{where} max_streams: {exc}") from None
-    return TokenRule(name, digest.lower(), tuple(scopes), max_streams, _expiry(entry.get("expires"), where))
-
-
-def _expiry(value: Any, where: str) -> float | None:
-    """A token's `expires`: a TOML offset date-time (`2027-01-01T00:00:00Z`), as Unix seconds."""
-    if value is None:
-        return None
-    if not isinstance(value, datetime.datetime) or value.tzinfo is None:
-        written = value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else shown(value)
-        raise ConfigError(f"{where} expires: {written} is not a date-time with its offset; it accepts a "
-                          "TOML date-time such as 2027-01-01T00:00:00Z, unquoted")
-    return value.timestamp()
-
-
-def _authentication(data: dict) -> dict | None:
-    """[network.authentication], its keys checked; None without it (a public door)."""
-    if "network" not in data:
-        return None
-    network = _table(data, "network", ("authentication",))
-    if "authentication" not in network:
-        return None
-    return _table(network, "network.authentication", ("tokens", "jwt"))
-
-
-def jwt_table(data: dict) -> Jwt | None:
-    """[network.authentication.jwt], its key file read and fitted to its algorithms; None without it."""
-    auth = _authentication(data)
-    if auth is None or "jwt" not in auth:
-        return None
-    settings = _section(auth, "network.authentication.jwt", Jwt)
-    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms)
-    if problem is not None:
-        raise ConfigError(problem)
-    return dataclasses.replace(settings, key=key)
-
-
-def token_rules(data: dict) -> tuple[TokenRule, ...]:
-    """[[network.authentication.tokens]]: none without the table, else at least one token (or
-    the jwt table); two entries may share a name (a token and its successor during a
-    rotation), never a digest."""
-    auth = _authentication(data)
-    if auth is None:
-        return ()
-    entries = auth.get("tokens")
-    if isinstance(entries, dict):
-        raise ConfigError("config [network.authentication.tokens]: one table, where each token is an "
-                          "entry of the array [[network.authentication.tokens]] (two brackets)")
-    if entries is None and "jwt" in auth:
-        return ()
-    if not isinstance(entries, list) or not entries:
-        raise ConfigError("config [network.authentication]: declares no [[network.authentication.tokens]] "
-                          "and no [network.authentication.jwt]; remove the table for a public door")
-    rules: list[TokenRule] = []
-    for i, entry in enumerate(entries):
-        rule = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
-        for other in rules:
-            if other.sha256 == rule.sha256:
-                raise ConfigError(f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
-                                  f"sha256: the same token as {other.name!r}")
-        rules.append(rule)
-    return tuple(rules)
-
-
-@dataclass
-class Resolution:
-    """What `resolve` made of a command line, the environment and the file: each option's
-    value and where it came from, or the problems (one line each, in the order a start meets
-    them: `load` raises the first, --check prints them all)."""
-
-    args: argparse.Namespace | None = None
-    path: str | None = None  # the --config file
-    values: dict[str, Any] = field(default_factory=dict)  # by Config field
-    origins: dict[str, tuple[str, str]] = field(default_factory=dict)  # (kind, words) by field
-    problems: list[str] = field(default_factory=list)
-    config: Config | None = None
-
-
-def _raw(opt: Option, args: argparse.Namespace, environ: Mapping[str, str], data: dict
-         ) -> tuple[Any, tuple[str, str]]:
-    """An option's text as written, and where: flag over environment over file; else None."""
-    given = getattr(args, opt.attr)
-    if given is not None:
-        return given, ("flag", opt.flag)
-    if opt.env in environ:
-        return environ[opt.env], ("environment", opt.env)
-    spelled = [key for key in dict.fromkeys((opt.name, opt.attr)) if key in data]
-    if len(spelled) == 2:
-        raise ConfigError(f"config {opt.attr}: the same setting as {opt.name}; write it once")
-    if spelled:
-        return data[spelled[0]], ("file", f"config {spelled[0]}")
-    return None, ("default", "default")
-
-
 def default_value(opt: Option) -> Any:
     return None if opt.default is None else opt.parse(opt.default)
 
-
-def _rule_problems(values: dict[str, Any], origins: dict[str, tuple[str, str]]) -> list[str]:
-    """An option set away from its default that takes effect only with (`needs`) or without
-    (`excludes`) another: refused, rather than accepted and ignored."""
-    problems = []
-    for opt in OPTIONS:
-        if opt.attr not in values or values[opt.attr] == default_value(opt):
-            continue
-        for rule, when_set in ((opt.needs, False), (opt.excludes, True)):
-            if rule is None or BY_NAME[rule[0]].attr not in values:
-                continue
-            other, what = BY_NAME[rule[0]], f" ({rule[1]})" if rule[1] else ""
-            if bool(values[other.attr]) == when_set:
-                problems.append(f"{origins[opt.attr][1]}: takes effect only "
-                                f"{'without' if when_set else 'with'} {other.flag}{what}, "
-                                f"which is {'set' if when_set else 'not set'}")
-    return problems
-
-
-def _unknown_environment(environ: Mapping[str, str]) -> list[str]:
-    """MUR_GATEWAY_* variables no option reads: refused like an unknown key of the file."""
-    return [f"{name}: unknown setting; the environment takes {ENV_PREFIX} and an option's long "
-            "name in capitals, - as _ (mur-gateway --help)"
-            for name in sorted(environ) if name.startswith(ENV_PREFIX) and name not in KNOWN_ENV]
-
-
-def resolve(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Resolution:
-    """Every setting and its origin, or every problem found; reads the TOML file, the TLS
-    and CA files, and nothing else (no port, no process)."""
-    environ = os.environ if environ is None else environ
-    result = Resolution()
-    try:
-        result.args = argument_parser().parse_args(argv)
-        result.path = result.args.config or environ.get(ENV_PREFIX + "CONFIG")
-        data = read_file(result.path) if result.path else {}
-    except ConfigError as exc:
-        result.problems.append(str(exc))
-        return result
-    result.problems += unknown_settings(data) + _unknown_environment(environ)
-    values, origins = result.values, result.origins
-    for opt in OPTIONS:
-        try:
-            raw, origins[opt.attr] = _raw(opt, result.args, environ, data)
-            values[opt.attr] = (default_value(opt) if raw is None
-                                else file_value(opt.parse, raw) if origins[opt.attr][0] == "file"
-                                else opt.parse(raw))
-        except ValueError as exc:
-            words = str(exc) if isinstance(exc, ConfigError) else f"{origins[opt.attr][1]}: {exc}"
-            result.problems.append(words)
-    if "certfile" in values and "keyfile" in values:
-        result.problems += filter(None, [tls.certificate_problem(values["certfile"], values["keyfile"])])
-    if "upstream_cacert" in values:
-        result.problems += filter(None, [tls.upstream_cacert_problem(values["upstream_cacert"])])
-    result.problems += _rule_problems(values, origins)
-    if "workers" in values and values["workers"] is None:
-        values["workers"] = config_found.default_workers()
-    tables: dict[str, Any] = {}
-    for name in (*SECTIONS, "tokens", "jwt"):
-        try:
-            tables[name] = (token_rules(data) if name == "tokens" else jwt_table(data) if name == "jwt"
-                            else _section(data, name, SECTIONS[name]))
-        except ConfigError as exc:  # [network.authentication]'s own problem is met by both its tables
-            result.problems += [line for line in exc.lines if line not in result.problems]
-        origins[name] = ("file", f"config [{name}]") if name in data or (
-            name in ("tokens", "jwt") and "network" in data) else ("default", "default")
-    if not result.problems:
-        result.config = Config(**values, **tables)
-    return result
-
-
-def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Resolve every setting; raises ConfigError naming the first bad one. Reads the TOML file
-    and nothing else, so it can run again, on a reload, to validate the file before applying it."""
-    result = resolve(argv, environ)
-    if result.config is None:
-        raise ConfigError(result.problems[0])
-    return result.config

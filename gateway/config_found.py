@@ -1,7 +1,7 @@
 """Defaults found at start: the settings whose default is read from the machine, in one place.
 
 An option whose default is not a constant (`Option.found` names how it is found, in words)
-is resolved here, once: by `config.load` (workers), by the supervisor before any child starts
+is resolved here, once: by `config_resolve.resolve` (workers), by the supervisor before any child starts
 (the connections per worker, the listen backlog), by `--print-config` (which shows what a
 start would resolve), and by each worker's request limits (the burst, which a reload may
 change). The settings as loaded keep None for these, so a reload compares what the

@@ -22,7 +22,9 @@ import time
 from typing import Any
 
 from gateway import config_found, tls, version
-from gateway.config import OPTIONS, SECTIONS, TOKEN_KEYS, Jwt, Option, Resolution, TokenRule, default_words
+from gateway.config import OPTIONS, SECTIONS, Jwt, Option, TokenRule, default_words
+from gateway.config_authentication import TOKEN_KEYS
+from gateway.config_resolve import Resolution
 
 
 def toml_value(value: Any) -> str:
@@ -219,7 +221,8 @@ TOKEN_WORDS = {
     "scopes": 'the methods it may call, or `["*"]`',
     "max_streams": "open streams with this token across workers; `0`: no limit (429 beyond)",
     "expires": "optional: a TOML date-time with its offset (`2027-01-01T00:00:00Z`, unquoted); from "
-               "then the token is answered 401 as an unknown one, and its open streams end",
+               "then the token is answered 401 as an unknown one, and its open streams end; `--check` "
+               "warns of one already past",
 }
 if tuple(TOKEN_WORDS) != TOKEN_KEYS:
     raise AssertionError("a token key without its words in docs/configuration.md")

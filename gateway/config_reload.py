@@ -3,7 +3,7 @@
 Reloadable (`RELOADABLE`, an option's `reload` in gateway/config.py): the tokens (their scopes,
 `max_streams` and `expires`), `[network.authentication.jwt]` with its key file (read again,
 checked as at start), the per-client limits and the trusted proxies. The supervisor re-reads the file exactly as at start
-(`config.load`, same command line and environment), so a file that does not parse or
+(`config_resolve.load`, same command line and environment), so a file that does not parse or
 validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
 files, upstream, ...) would need a restart: a reload names those that differ and leaves
 them as they run. So does the door's kind: a reload that would turn a public door into one
@@ -12,7 +12,7 @@ since the agent card, the watch page and the streams already open were made for 
 the gateway started with; tokens, their scopes and max_streams change freely otherwise. The
 settings reach the workers through the sequencer (worker/reload.py).
 
-With TLS, a reload also re-reads --certfile/--keyfile (gateway/tls.py): `config.load` checks
+With TLS, a reload also re-reads --certfile/--keyfile (gateway/tls.py): `config_resolve.load` checks
 the pair as at start, so one that does not load rejects the reload (logged, nothing changed);
 one that loads makes the message to the workers carry `CERTIFICATE`, on which each loads it
 again into the context it serves with.
@@ -24,7 +24,7 @@ import dataclasses
 import sys
 from typing import Mapping
 
-from gateway import config as config_module
+from gateway import config as config_module, config_resolve
 from gateway.config import Config
 
 RELOADABLE = ("tokens", "jwt") + tuple(opt.attr for opt in config_module.OPTIONS if opt.reload)
@@ -35,7 +35,7 @@ CERTIFICATE = "certificate"  # a reload message's key, no Config field: the work
 def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[str]]:
     """(the config as now loaded with only the reloadable settings new, those settings as
     plain values, the restart-only settings that differ); raises ConfigError."""
-    fresh = config_module.load(argv)
+    fresh = config_resolve.load(argv)
     restart_only = [f"[{f.name}]" if f.name in SECTIONS else "--" + f.name.replace("_", "-")
                     for f in dataclasses.fields(Config)
                     if f.name not in RELOADABLE and getattr(fresh, f.name) != getattr(running, f.name)]

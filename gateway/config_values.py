@@ -2,7 +2,7 @@
 
 A parser takes what the command line, the environment or the TOML file gave and answers the
 value, or raises ValueError whose message says, in words, what is wrong with the value and
-what the setting accepts (``'two' is not a whole number; it accepts 1 to 64``); `config.load`
+what the setting accepts (``'two' is not a whole number; it accepts 1 to 64``); `config_resolve`
 puts the option's name in front. The embedded capsule's `/scenario` options use the same
 parsers, so a value is refused in the same words wherever it is written.
 """

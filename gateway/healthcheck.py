@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from gateway import config as config_module
+from gateway import config as config_module, config_resolve
 
 TIMEOUT_SECONDS = 2.0
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -28,7 +28,7 @@ def readyz_url(bind: tuple[str, int]) -> str:
 
 def main() -> int:
     try:
-        url = readyz_url(config_module.load([]).bind)
+        url = readyz_url(config_resolve.load([]).bind)
         with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as answer:
             status = answer.status
     except config_module.ConfigError as exc:

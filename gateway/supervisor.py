@@ -276,7 +276,7 @@ class Supervisor:
     def reload(self) -> None:
         """SIGHUP: re-read --config and, with TLS, the certificate pair, and hand what may
         change while running to the sequencer, which the workers follow (config_reload.py);
-        one log line either way, naming what was re-read."""
+        one log line either way, naming what was re-read, or every problem that rejected it."""
         self.reload_asked = False
         before = dict(self.config_dict)
         try:
@@ -288,7 +288,8 @@ class Supervisor:
         except (config_module.ConfigError, OSError, RpcError) as exc:
             self.config_dict = before
             self.counters.add("config_reloads", label="rejected")
-            self.log.error("config reload rejected; nothing changed", problem=str(exc))
+            problems = list(exc.lines) if isinstance(exc, ConfigError) else [str(exc)]
+            self.log.error("config reload rejected; nothing changed", problem=problems[0], problems=problems)
             return
         self.loaded = loaded
         self.counters.add("config_reloads", label="applied")
@@ -301,7 +302,7 @@ class Supervisor:
         self.log.info("config reloaded", **fields, **({"restart_needed": restart_only} if restart_only else {}))
 
     def _recheck_certificate(self) -> bool:
-        """With TLS: the pair was read again, and loads (config.load checked it, as at start:
+        """With TLS: the pair was read again, and loads (config_resolve.load checked it, as at start:
         one that does not rejects the reload); the expiry gauge follows it, and the workers
         load it (worker/reload.py)."""
         if not tls.enabled(self.config.certfile, self.config.keyfile):

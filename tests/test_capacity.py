@@ -97,7 +97,7 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
     """[claim: probes-bounded] The door alone, in process: a probe whose answer cannot leave (its client reads nothing,
     so the server's send waits) holds one of PROBES_IN_FLIGHT and none of --max-connections'
     places; past PROBES_IN_FLIGHT a probe is refused, while a request still has its place."""
-    from gateway import config as gateway_config
+    from gateway.config_resolve import load
     from gateway.worker.access_log import AccessLog
     from gateway.worker.door import PROBES_IN_FLIGHT, Admission
 
@@ -117,7 +117,7 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
         await send({"type": "http.response.body", "body": b""})
 
     async def scenario() -> list:
-        door = Admission(app, gateway_config.load(["--max-connections", "1"]), Counters(), AccessLog(False))
+        door = Admission(app, load(["--max-connections", "1"]), Counters(), AccessLog(False))
 
         async def ask(path: str) -> int:
             answers = []

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from gateway import config
+from gateway import config, config_authentication, config_file, config_resolve
 from gateway_harness import ROOT, judged, refused_start, start_refusal as refusal
 
 
 def test_defaults_are_the_interfaces():
-    cfg = config.load([], environ={})
+    cfg = config_resolve.load([], environ={})
     assert cfg.bind == ("127.0.0.1", 52222)
     assert cfg.metrics_bind == ("127.0.0.1", 9464)
     assert cfg.heartbeat_interval == 15.0 and cfg.sim_load == 0 and cfg.log_level == "info"
@@ -29,19 +29,19 @@ def test_precedence_cli_over_env_over_file(tmp_path):
     toml.write_text('heartbeat-interval = 3\nsim-load = 7\nworkers = 3\n'
                     '[lifecycle]\nconversation = "threaded"\n')
     env = {"MUR_GATEWAY_SIM_LOAD": "9", "MUR_GATEWAY_WORKERS": "5"}
-    cfg = config.load(["--config", str(toml), "--workers", "2"], environ=env)
+    cfg = config_resolve.load(["--config", str(toml), "--workers", "2"], environ=env)
     assert cfg.workers == 2  # command line
     assert cfg.sim_load == 9  # environment over file
     assert cfg.heartbeat_interval == 3  # file over default
     assert cfg.lifecycle.conversation == "threaded"
-    assert config.load([], environ={"MUR_GATEWAY_METRICS_BIND": "off"}).metrics_bind is None
+    assert config_resolve.load([], environ={"MUR_GATEWAY_METRICS_BIND": "off"}).metrics_bind is None
 
 
 def test_config_round_trips_to_child_processes(tmp_path):
     toml = tmp_path / "gw.toml"
     toml.write_text('[[network.authentication.tokens]]\nname = "ops"\nsha256 = "' + "a" * 64 +
                     '"\nscopes = ["*"]\n')
-    cfg = config.load(["--config", str(toml)], environ={})
+    cfg = config_resolve.load(["--config", str(toml)], environ={})
     assert config.Config.from_dict(cfg.to_dict()) == cfg
 
 
@@ -55,7 +55,7 @@ BAD_VALUES = [  # (command line, environment, a file or None, what the refusal n
     ([], {}, "[lifecycle]\nmax_queued_tasks = -3\n", "max_queued_tasks"),
     ([], {}, "bogus = 1\n", "bogus"),
     ([], {}, "this is = not toml = \n", "not valid TOML"),
-    ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\n", "sha256"),
+    ([], {}, "[[network.authentication.tokens]]\nsha256 = \"xyz\"\nscopes = [\"*\"]\n", "sha256"),
 ]
 
 
@@ -66,7 +66,7 @@ def test_bad_values_are_refused_naming_the_setting(tmp_path, argv, env, toml, na
         path.write_text(toml)
         argv = argv + ["--config", str(path)]
     with pytest.raises(config.ConfigError) as refused:
-        config.load(argv, environ=env)
+        config_resolve.load(argv, environ=env)
     assert names in str(refused.value)
 
 
@@ -103,7 +103,7 @@ def test_more_workers_than_the_ring_has_control_words_for_stops_the_start():
     assert refusal("--workers", str(MAX_WORKERS + 1)) == (
         f"--workers: '{MAX_WORKERS + 1}' is out of range; it accepts 1 to {MAX_WORKERS} "
         "(the ring has control words for that many)")
-    assert config.load(["--workers", str(MAX_WORKERS)], environ={}).workers == MAX_WORKERS
+    assert config_resolve.load(["--workers", str(MAX_WORKERS)], environ={}).workers == MAX_WORKERS
 
 
 DIGEST = hashlib.sha256(b"ops-token").hexdigest()
@@ -233,7 +233,7 @@ def test_every_problem_of_a_table_is_a_line_of_its_own(tmp_path):
 
 
 def test_text_is_still_what_the_command_line_and_the_environment_give(tmp_path):
-    cfg = config.load(["--heartbeat-interval", "3"], environ={"MUR_GATEWAY_WORKERS": "2"})
+    cfg = config_resolve.load(["--heartbeat-interval", "3"], environ={"MUR_GATEWAY_WORKERS": "2"})
     assert (cfg.heartbeat_interval, cfg.workers) == (3.0, 2)
 
 
@@ -263,7 +263,7 @@ def test_a_whole_file_with_every_table_loads(tmp_path):
         f'[[network.authentication.tokens]]\n{TOKEN}max_streams = 3\n'
         f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{"b" * 64}"\n'
         'scopes = ["GetTask", "murmur.WatchSession"]\n')
-    cfg = config.load(["--config", str(path)], environ={})
+    cfg = config_resolve.load(["--config", str(path)], environ={})
     assert cfg.bind == ("127.0.0.1", 0) and cfg.max_body_bytes == 4096
     assert cfg.watch_page is False and cfg.access_log is False
     assert cfg.lifecycle == config.Lifecycle("none", 8, 2, "threaded", 0)
@@ -276,10 +276,10 @@ def test_token_rules_validate_a_file_without_the_options(tmp_path):
     """What a reload calls: the file's tokens alone, refused in the same words as at start."""
     path = tmp_path / "gw.toml"
     path.write_text(f"[[network.authentication.tokens]]\n{TOKEN}")
-    assert config.token_rules(config.read_file(str(path))) == (config.TokenRule("ops", DIGEST, ("*",)),)
+    assert config_authentication.token_rules(config_file.read_file(str(path))) == (config.TokenRule("ops", DIGEST, ("*",)),)
     path.write_text("[network.authentication]\ntokens = []\n")
     with pytest.raises(config.ConfigError, match="declares no"):
-        config.token_rules(config.read_file(str(path)))
+        config_authentication.token_rules(config_file.read_file(str(path)))
 
 
 def test_version_is_the_installed_distribution():
@@ -364,11 +364,70 @@ def test_check_says_every_problem_one_line_each(tmp_path, listener):
     ]
 
 
+# A token table whose every entry is wrong, several ways at once, and --check's line for each.
+BAD_TOKENS = (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
+              '[[network.authentication.tokens]]\nname = ""\nsha256 = "abc"\nscopes = ["GetTsk", "Bogus"]\n'
+              'max_streams = -1\nexpire = 2027-01-01T00:00:00Z\n'
+              f'[[network.authentication.tokens]]\nname = "twin"\nsha256 = "{DIGEST.upper()}"\nscopes = ["*"]\n'
+              '[[network.authentication.tokens]]\nname = "late"\nscopes = []\nexpires = 2027-01-01\n')
+ENTRY = "config [[network.authentication.tokens]] #"
+SERVED = ('it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, SendMessage, '
+          "GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard")
+BAD_TOKEN_LINES = [
+    f"{ENTRY}2 expire: unknown setting; a token takes name, sha256, scopes, max_streams, expires",
+    f"{ENTRY}2 name: '' is not a name; it accepts non-empty text",
+    f"{ENTRY}2 sha256: must be the token's sha256 as 64 hex digits",
+    f"{ENTRY}2 scopes: 'GetTsk' is not a method this gateway serves; {SERVED}",
+    f"{ENTRY}2 scopes: 'Bogus' is not a method this gateway serves; {SERVED}",
+    f"{ENTRY}2 max_streams: -1 is out of range; it accepts 0 or more",
+    f"{ENTRY}3 (twin) sha256: the same token as 'ops'",
+    f"{ENTRY}4 sha256: must be the token's sha256 as 64 hex digits",
+    f'{ENTRY}4 scopes: must be a non-empty array of method names, or ["*"]',
+    f"{ENTRY}4 expires: 2027-01-01 is not a date-time with its offset; it accepts a TOML date-time "
+    "such as 2027-01-01T00:00:00Z, unquoted",
+]
+
+
+def test_check_names_every_problem_of_every_token_entry_one_line_each(tmp_path, listener):
+    """The token table does not stop at its first bad entry, nor an entry at its first bad key."""
+    path = tmp_path / "gw.toml"
+    path.write_text("max-body-bytes = -5\n" + BAD_TOKENS)
+    assert checked(path, listener) == [
+        "config max-body-bytes: -5 is out of range; it accepts 1 or more", *BAD_TOKEN_LINES]
+    start = refused_start("--config", str(path))  # a start refuses it in the same lines
+    assert (start.returncode, start.stdout) == (2, "")
+    assert start.stderr.splitlines() == ["mur-gateway: config max-body-bytes: -5 is out of range; it "
+                                         "accepts 1 or more", *("mur-gateway: " + line for line in BAD_TOKEN_LINES)]
+
+
 @pytest.mark.parametrize("opt", config.OPTIONS, ids=lambda opt: opt.name)
 def test_every_option_refuses_a_value_of_the_wrong_toml_type(tmp_path, opt):
     """A number's option refuses text ("1"); any other option refuses a TOML integer (1)."""
     wrong = '"1"' if hasattr(opt.parse, "toml_kind") else "1"
     path = tmp_path / "gw.toml"
     path.write_text(f"{opt.name} = {wrong}\n")
-    problems = config.resolve(["--config", str(path)], environ={}).problems
+    problems = config_resolve.resolve(["--config", str(path)], environ={}).problems
     assert any(line.startswith(f"config {opt.name}: ") for line in problems), problems
+
+
+def test_the_configuration_s_modules_each_hold_one_part_and_stay_short():
+    """gateway/config.py declares (every option, table key and default in one place) and reads
+    nothing: the file's reading, the door's tables and the resolution import it, never the
+    reverse; and none of the modules grows past 400 lines."""
+    import ast
+    import glob
+
+    modules = sorted(glob.glob(os.path.join(ROOT, "gateway", "config*.py")))
+    for path in modules:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().count("\n")
+        assert lines <= 400, f"{os.path.relpath(path, ROOT)} has {lines} lines"
+    with open(os.path.join(ROOT, "gateway", "config.py"), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names} | {node.module for node in ast.walk(tree)
+                                            if isinstance(node, ast.ImportFrom)}
+    readers = {"config_file", "config_authentication", "config_resolve"}
+    assert not imported & (readers | {f"gateway.{name}" for name in readers})
+    declared = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert {"Config", "Option", "Lifecycle", "Inference", "TokenRule", "Jwt"} <= declared

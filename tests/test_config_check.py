@@ -1,7 +1,7 @@
 """`mur-gateway --check` and `--print-config`, as real processes, and docs/configuration.md.
 
 --check of a good configuration says `configuration ok`; of a bad TLS pair or an expired
-certificate, one line. --print-config's TOML is taken back by --config (the same settings,
+certificate, one line; of a static token past its `expires`, a warning and still ok. --print-config's TOML is taken back by --config (the same settings,
 from a pipe), names each value's origin, and never holds a secret. The docs' option table is
 what the options' declarations write. (The strict-file refusals, in the start's words, are
 checked in tests/test_config.py beside the start's own.)
@@ -18,7 +18,7 @@ import sys
 
 import trustme
 
-from gateway import config
+from gateway import config, config_resolve
 from gateway.config_print import EXAMPLE, markdown
 from gateway_harness import ROOT, judged
 
@@ -66,6 +66,21 @@ def test_an_expired_certificate_is_one_line(tmp_path):
                              "2020-01-31 00:00:00 UTC; clients refuse it\n")
 
 
+def test_a_static_token_past_its_expires_is_a_warning_naming_it_not_a_failure(tmp_path):
+    """The file is valid (a reload would apply it), but the token opens nothing: --check says
+    so, naming the entry, and still passes; a token that expires later is not named."""
+    path = tmp_path / "gw.toml"
+    path.write_text(f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
+                    "expires = 2099-01-01T00:00:00Z\n"
+                    f'[[network.authentication.tokens]]\nname = "old-ops"\nsha256 = "{"c" * 64}"\n'
+                    'scopes = ["*"]\nexpires = 2020-01-01T02:00:00+02:00\n')
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout) == (0, "configuration ok\n"), result.stderr
+    assert result.stderr == ("mur-gateway: warning: config [[network.authentication.tokens]] #2 (old-ops) "
+                             "expires: 2020-01-01T00:00:00Z is past; the token opens nothing (remove the "
+                             "entry, or give it a later expires)\n")
+
+
 def test_print_config_round_trips_through_check_and_keeps_no_secret(tmp_path, certs):
     path = full_file(tmp_path, certs)
     env = {"MUR_GATEWAY_UPSTREAM": "http://127.0.0.1:9", "MUR_GATEWAY_UPSTREAM_TOKEN": UPSTREAM_SECRET}
@@ -88,8 +103,8 @@ def test_print_config_round_trips_through_check_and_keeps_no_secret(tmp_path, ce
     assert (checked.returncode, checked.stdout, checked.stderr) == (0, "configuration ok\n", "")
     copy = tmp_path / "printed.toml"
     copy.write_text(text)
-    original = config.load(["--config", path, "--max-headers", "50"], environ=env)
-    assert config.load(["--config", str(copy)], environ={}) == dataclasses.replace(original, upstream_token=None)
+    original = config_resolve.load(["--config", path, "--max-headers", "50"], environ=env)
+    assert config_resolve.load(["--config", str(copy)], environ={}) == dataclasses.replace(original, upstream_token=None)
 
 
 def test_print_config_of_a_bad_configuration_is_its_problems():
@@ -110,7 +125,7 @@ def test_the_docs_option_table_is_what_the_declarations_write():
 def test_the_docs_example_loads(tmp_path):
     path = tmp_path / "gateway.toml"
     path.write_text(EXAMPLE)
-    cfg = config.load(["--config", str(path)], environ={})
+    cfg = config_resolve.load(["--config", str(path)], environ={})
     assert [rule.name for rule in cfg.tokens] == ["dashboard"] and cfg.client_request_rate == 5
 
 

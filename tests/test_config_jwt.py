@@ -1,5 +1,5 @@
-"""`[network.authentication.jwt]` in the configuration (gateway/config.py, gateway/jwt_keys.py):
-the key file read and fitted to each algorithm at --check and at start, one line per mistake;
+"""`[network.authentication.jwt]` in the configuration (gateway/config_authentication.py,
+gateway/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per mistake;
 --print-config shows the table and never the key; and the door's verifier with each kind of
 key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
 
@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from gateway import config
+from gateway import config, config_resolve
 from gateway.worker.door.bearer_jwt import JwtVerifier
 from gateway_harness import judged
 from jwt_tokens import KeyPair, jwt_table
@@ -30,7 +30,7 @@ def public_pem(private) -> bytes:
 def problems(tmp_path, table: str) -> list[str]:
     path = tmp_path / "gw.toml"
     path.write_text(table)
-    return config.resolve(["--config", str(path)], environ={}).problems
+    return config_resolve.resolve(["--config", str(path)], environ={}).problems
 
 
 def key_file(tmp_path, content: bytes, name: str = "jwt.pem"):
@@ -115,7 +115,7 @@ def test_print_config_shows_the_table_never_the_key_and_check_takes_it_back(tmp_
 def test_a_jwt_table_alone_opens_an_authenticated_door(tmp_path):
     path = tmp_path / "gw.toml"
     path.write_text(jwt_table(key_file(tmp_path, KEYS.public_pem)))
-    loaded = config.load(["--config", str(path)], environ={})
+    loaded = config_resolve.load(["--config", str(path)], environ={})
     assert loaded.tokens == () and loaded.authenticated and loaded.jwt.algorithms == ("ES256",)
     assert config.Config.from_dict(loaded.to_dict()) == loaded  # as the workers get it
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import config, config_reload
+from gateway import config_reload, config_resolve
 from gateway_harness import refused_start, start_refusal as refusal
 
 UPSTREAM = "http://127.0.0.1:9"
@@ -49,19 +49,19 @@ def test_a_rule_names_where_the_value_came_from(tmp_path):
 
 
 def test_each_option_with_what_it_needs_loads(certs):
-    cfg = config.load(["--upstream", UPSTREAM, "--upstream-token", "t", "--upstream-cacert", certs.cafile],
+    cfg = config_resolve.load(["--upstream", UPSTREAM, "--upstream-token", "t", "--upstream-cacert", certs.cafile],
                       environ={})
     assert (cfg.upstream, cfg.upstream_token, cfg.upstream_cacert) == (UPSTREAM, "t", certs.cafile)
-    cfg = config.load(["--sim-load", "2", "--sim-load-size", "64"], environ={})
+    cfg = config_resolve.load(["--sim-load", "2", "--sim-load-size", "64"], environ={})
     assert (cfg.sim_load, cfg.sim_load_size) == (2, 64)
     # A value equal to the default does nothing either way, so it is not refused.
-    assert config.load(["--upstream", UPSTREAM, "--sim-load", "0"], environ={}).sim_load == 0
+    assert config_resolve.load(["--upstream", UPSTREAM, "--sim-load", "0"], environ={}).sim_load == 0
 
 
 def test_both_spellings_of_a_top_level_key_are_read_but_not_both_at_once(tmp_path):
     path = tmp_path / "gw.toml"
     path.write_text("max-body-bytes = 4096\nheartbeat_interval = 2\n")
-    cfg = config.load(["--config", str(path)], environ={})
+    cfg = config_resolve.load(["--config", str(path)], environ={})
     assert (cfg.max_body_bytes, cfg.heartbeat_interval) == (4096, 2)
     path.write_text("max-body-bytes = 4096\nmax_body_bytes = 8192\n")
     assert refusal("--config", str(path)) == (

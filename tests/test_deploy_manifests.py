@@ -23,7 +23,7 @@ import tempfile
 import pytest
 import yaml
 
-from gateway import config as config_module
+from gateway import config as config_module, config_resolve
 from gateway import supervisor
 from doc_figures import figure_bytes
 from gateway_harness import (ROOT, dockerfile_user, running_gateway, session_memory, shm_bytes_per_gateway,
@@ -108,13 +108,13 @@ def test_every_setting_exists_and_parses(container, kit_env):
     assert [n for n in names if n.startswith("MUR_GATEWAY_") and n not in known_env] == []
     args = list(container.get("args", [])) + list(container.get("command", []))
     assert [a for a in args if a.startswith("--") and a.split("=")[0] not in known_flags] == []
-    loaded = config_module.load(args, kit_env)  # raises ConfigError on a bad value
+    loaded = config_resolve.load(args, kit_env)  # raises ConfigError on a bad value
     assert loaded.upstream is not None  # replicas run in upstream mode
     assert loaded.workers == quantity(container["resources"]["requests"]["cpu"])
 
 
 def test_ports_match_what_the_gateway_binds_and_the_service_targets(docs, container, kit_env):
-    loaded = config_module.load([], kit_env)
+    loaded = config_resolve.load([], kit_env)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": loaded.bind[1], "metrics": loaded.metrics_bind[1]}
     assert loaded.bind[0] == loaded.metrics_bind[0] == "0.0.0.0"  # reachable from the pod network
@@ -146,7 +146,7 @@ def test_probe_paths_answer_on_a_real_gateway(container, gateway):
 
 
 def test_memory_holds_the_segments_beside_the_processes_and_watchers(pod, container, kit_env):
-    workers = config_module.load([], kit_env).workers
+    workers = config_resolve.load([], kit_env).workers
     assert workers == SOAK_WORKERS  # the process figure was measured with this many
     # the ring and counters are memfds: their pages are shmem, charged to the container
     needed = shm_bytes_per_gateway(workers) + PROCESS_TREE_BYTES + WATCHERS * IDLE_WATCHER_BYTES
@@ -182,7 +182,7 @@ def test_user_is_the_dockerfiles_and_not_root(pod, container):
 
 
 def test_grace_period_outlasts_the_drain(docs, pod, container, kit_env):
-    workers = config_module.load([], kit_env).workers
+    workers = config_resolve.load([], kit_env).workers
     pause = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pause[0] == "sleep"
     # supervisor.drain: DRAIN_SECONDS for the workers, then up to 0.5 s for each of the

@@ -236,7 +236,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
 
     import httpx
 
-    from gateway import config as gateway_config
+    from gateway.config_resolve import load
     from gateway.worker.app import AttachmentEndpoint
     from gateway.worker.door import Door
     from gateway.worker.door.limits import ClientLimits
@@ -252,7 +252,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
         def add(self, *args, **kwargs):
             self.added.append((args, kwargs))
 
-    config = gateway_config.load([])
+    config = load([])
     counters = Counters()
     endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable()), Unreachable(), counters)
 

@@ -29,7 +29,7 @@ import pytest
 import uvloop
 
 from gateway import tuning
-from gateway.config import somaxconn
+from gateway.config_found import somaxconn
 from gateway.worker.http import accept
 from gateway_harness import running_gateway, wait_for
 from http_client import Http, headers_for, rpc, rpc_body, user_message

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
-from gateway_harness import running_gateway, scrape, token_table, wait_for
+from gateway_harness import judged, running_gateway, scrape, token_table, wait_for
 from http_client import rpc
 from sse_reading import SSEStream
 
@@ -150,13 +150,13 @@ def test_a_worker_booting_while_a_reload_lands_applies_it(tmp_path):
 
 
 def test_reread_names_restart_only_settings(tmp_path):
-    from gateway import config as config_module
+    from gateway.config_resolve import load
     from gateway.config_reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))
     argv = ["--config", str(door), "--bind", "127.0.0.1:0"]
-    running = config_module.load(argv, {})
+    running = load(argv, {})
     door.write_text(f"trusted-proxies = '10.0.0.0/8'\nworkers = {running.workers + 1}\n"
                     "[lifecycle]\nmax_queued_tasks = 5\n" + token_table(AFTER))
     applied, settings, restart_only = reread(running, argv)
@@ -170,13 +170,13 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     """Public to tokens, or back, needs a restart (the card, the watch page and the open
     streams were made for the door it started with): the tokens stay as they run, the other
     reloadable settings apply, and the door is named among the restart-only settings."""
-    from gateway import config as config_module
+    from gateway.config_resolve import load
     from gateway.config_reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text("")
     argv = ["--config", str(door)]
-    public = config_module.load(argv, {})
+    public = load(argv, {})
     door.write_text("max-streams-per-client = 3\n" + token_table(AFTER))
     applied, settings, restart_only = reread(public, argv)
     assert applied.tokens == () and settings["tokens"] == ()
@@ -184,8 +184,33 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     assert restart_only == ["[network.authentication] (public or with tokens)"]
 
     door.write_text(token_table(BEFORE))
-    guarded = config_module.load(argv, {})
+    guarded = load(argv, {})
     door.write_text("")
     applied, settings, restart_only = reread(guarded, argv)
     assert [t.name for t in applied.tokens] == ["alice", "bob", "dave"]
     assert restart_only == ["[network.authentication] (public or with tokens)"]
+
+
+def test_a_rejected_reload_logs_every_problem_of_the_file(tmp_path):
+    """A file with problems in the options, two token entries and the JWT table: the reload's
+    one line names every problem, as --check does for the same file, and nothing changes."""
+    door = tmp_path / "door.toml"
+    door.write_text(token_table(BEFORE))
+    with running_gateway("--config", str(door), workers=1, metrics=True, tmp_path=tmp_path) as gw:
+        door.write_text("max-body-bytes = -5\n" + token_table([("bob", BOB, ["Bogus"])])
+                        + '[[network.authentication.tokens]]\nname = "carol"\nsha256 = "abc"\nscopes = ["*"]\n'
+                        + '[network.authentication.jwt]\nkey_file = "missing.pem"\nalgorithms = ["ES999"]\n')
+        checked = judged("--check", "--config", str(door))
+        assert checked.returncode == 2
+        problems = [line.removeprefix("mur-gateway: ") for line in checked.stderr.splitlines()]
+        assert len(problems) == 4, problems
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(lambda: reloads(gw) == (0, 1), what="the file rejected")
+        line = next(r for r in gw.logs() if r.get("event") == "config reload rejected; nothing changed")
+        assert line["problems"] == problems
+        assert line["problem"] == problems[0]
+        assert [p.split(":")[0] for p in problems] == [
+            "config max-body-bytes", "config [[network.authentication.tokens]] #1 scopes",
+            "config [[network.authentication.tokens]] #2 sha256", "config [network.authentication.jwt] algorithms"]
+        assert rpc(gw.port, "ListTasks", {}, token=ALICE)[0] == 200  # the tokens as they ran
+        assert rpc(gw.port, "ListTasks", {}, token=BOB)[0] == 200

@@ -137,16 +137,16 @@ def test_mur_watch_cacert_that_does_not_exist(certs):
 
 
 def test_certificate_options_from_every_source(certs, tmp_path):
-    from gateway import config
+    from gateway.config_resolve import load
 
     toml = tmp_path / "tls.toml"
     toml.write_text(f'certfile = "{certs.certfile}"\nkeyfile = "{certs.keyfile}"\n')
     for argv, environ in ((["--config", str(toml)], {}),
                           ([], {"MUR_GATEWAY_CERTFILE": certs.certfile, "MUR_GATEWAY_KEYFILE": certs.keyfile}),
                           (list(certs.args), {})):
-        loaded = config.load(argv, environ)
+        loaded = load(argv, environ)
         assert (loaded.certfile, loaded.keyfile) == (certs.certfile, certs.keyfile)
-    assert config.load([], {}).certfile is None
+    assert load([], {}).certfile is None
 
 
 def test_stalled_tls_reader_lags_and_stays_open(certs, tmp_path):

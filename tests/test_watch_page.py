@@ -199,16 +199,16 @@ def test_page_headers_and_watch_page_off(tmp_path):
 
 
 def test_watch_page_option_from_every_source(tmp_path):
-    from gateway import config
+    from gateway import config, config_resolve
 
     toml = tmp_path / "page.toml"
     toml.write_text("watch-page = false\n")
-    assert config.load([], {}).watch_page is True
-    assert config.load(["--config", str(toml)], {}).watch_page is False
-    assert config.load([], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is False
-    assert config.load(["--watch-page", "on"], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is True
+    assert config_resolve.load([], {}).watch_page is True
+    assert config_resolve.load(["--config", str(toml)], {}).watch_page is False
+    assert config_resolve.load([], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is False
+    assert config_resolve.load(["--watch-page", "on"], {"MUR_GATEWAY_WATCH_PAGE": "off"}).watch_page is True
     with pytest.raises(config.ConfigError, match="--watch-page: 'maybe' is not on or off"):
-        config.load(["--watch-page", "maybe"], {})
+        config_resolve.load(["--watch-page", "maybe"], {})
 
 
 def test_page_over_https_and_http2(tmp_path):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import jwt
 
-from gateway.config import SCOPES, Jwt, TokenRule
+from gateway.config import Jwt, TokenRule
+from gateway.config_authentication import SCOPES
 from gateway.jwt_keys import verifying_key
 
 MAX_SUBJECT = 256
