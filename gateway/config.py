@@ -208,8 +208,8 @@ class Config:
         "the address the agent card names (http(s)://HOST[:PORT]); default: the address each client reached")
     h2c_upgrade: bool = option(
         "off", parse_on_off, "on|off",
-        "switch a plain HTTP/1.1 request with Upgrade: h2c to HTTP/2 (off: answered over HTTP/1.1; "
-        "HTTP/2 prior knowledge is served either way)")
+        "accepted, no effect: a plain HTTP/1.1 request with Upgrade: h2c is answered over HTTP/1.1 "
+        "either way (HTTP/2 is prior knowledge or TLS ALPN h2)")
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()

@@ -6,10 +6,9 @@ frames by Content-Length while this door frames by chunks (request smuggling, RF
 of which a filter checks one and the door the other. Each function answers why a head is
 refused (None when it is not; every 400 reason is one of `AMBIGUITIES`, which the refusal
 counter tells apart), and each rule is written once, so every path that reads heads calls
-the same rule: hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py: `line_problem`,
-`request_problem`, which applies `framing_problem`), the door's ASGI admission (every
-protocol: `authorization_problem`), and the front of HTTP/1.1 connections
-(gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`).
+the same rule: the door's ASGI admission (every protocol: `authorization_problem`), and the
+one HTTP/1.1 server (gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`,
+`request_problem`).
 """
 
 from __future__ import annotations
