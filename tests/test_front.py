@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from gateway_harness import GatewayOptions
-from raw_http import RAW_READ_TIMEOUT, read_answer, until_close
+from raw_http import RAW_READ_TIMEOUT, read_answer, read_until, until_close
 
 WATCH = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "murmur.WatchSession", "params": {}})
 GET_TASK = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "tsk_none"}})
@@ -54,11 +54,7 @@ def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):
         answer, rest = read_answer(sock)
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b'"id":2' in answer and not rest
         sock.sendall(request())
-        data = b""
-        while b"connection-ack" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, data
-            data += chunk
+        data = read_until(sock, b"connection-ack")
     assert data.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
 
 
@@ -90,11 +86,7 @@ def test_a_tls_stream_takes_the_front(tls_gateway, certs, alpn):
     with socket.create_connection(("127.0.0.1", tls_gateway.port), timeout=RAW_READ_TIMEOUT) as raw_sock:
         with context.wrap_socket(raw_sock, server_hostname="127.0.0.1") as sock:
             sock.sendall(CHUNKED_WATCH)
-            data = b""
-            while b"connection-ack" not in data:
-                chunk = sock.recv(65536)
-                assert chunk, data
-                data += chunk
+            data = read_until(sock, b"connection-ack")
             chosen = sock.selected_alpn_protocol()
     assert chosen == (alpn[0] if alpn else None)
     assert data.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"), data

@@ -12,7 +12,7 @@ import pytest
 
 from gateway_harness import GatewayOptions
 from http_client import rpc_body, user_message
-from raw_http import RAW_READ_TIMEOUT, dechunk, post, read_answer, read_to_close
+from raw_http import RAW_READ_TIMEOUT, dechunk, post, read_answer, read_to_close, read_until
 
 BODY_TIMEOUT = 3.0
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -38,10 +38,7 @@ def test_four_pipelined_requests_are_answered_in_order_the_last_a_stream(gateway
         healthz, rest = read_answer(sock)
         get_task, rest = read_answer(sock, rest)
         card, rest = read_answer(sock, rest)
-        while b"connection-ack" not in rest:
-            chunk = sock.recv(65536)
-            assert chunk, rest
-            rest += chunk
+        rest = read_until(sock, b"connection-ack", rest)
     assert healthz.startswith(b"HTTP/1.1 200 OK\r\n") and b'"serving"' in healthz
     assert get_task.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32001" in get_task
     assert card.startswith(b"HTTP/1.1 200 OK\r\n") and b'"supportedInterfaces"' in card
@@ -164,11 +161,7 @@ def test_the_eager_openings_need_no_current_task(gateway):
         sent, rest = read_answer(sock)
         got, _ = read_answer(sock, rest)
         sock.sendall(WATCH)
-        data = b""
-        while b"connection-ack" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, data
-            data += chunk
+        data = read_until(sock, b"connection-ack")
     assert sent.startswith(b"HTTP/1.1 200 OK\r\n") and got.startswith(b"HTTP/1.1 200 OK\r\n")
     assert data.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
     assert not [r for r in gateway.logs() if r.get("event") == "an HTTP/1.1 request's app failed"]
