@@ -21,19 +21,6 @@ DISCONNECT = {"type": "http.disconnect"}
 ASGI = {"spec_version": "2.1", "version": "3.0"}
 
 
-def is_websocket(request: Parsed) -> bool:
-    """A WebSocket handshake, as hypercorn told it from any other request (a GET that asks
-    to upgrade to `websocket`): the app refuses it (its denial answer), and the connection closes."""
-    upgrade = connection = b""
-    for name, value in request.headers:
-        if name == b"upgrade":
-            upgrade = value.strip().lower()
-        elif name == b"connection":
-            connection = value.lower()
-    return (request.method == b"GET" and upgrade == b"websocket"
-            and any(token.strip() == b"upgrade" for token in connection.split(b",")))
-
-
 def scope_of(request: Parsed, transport, scheme: str, websocket: bool) -> dict:
     """The ASGI scope hypercorn made of the same request."""
     raw_path, _, query = request.url.partition(b"?")

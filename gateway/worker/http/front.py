@@ -46,7 +46,7 @@ from gateway.worker.door.head import raw_problem
 from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http import eager, framing
 from gateway.worker.http.body import Body, Malformed
-from gateway.worker.http.cycle import Cycle, is_websocket, scope_of
+from gateway.worker.http.cycle import Cycle, scope_of
 from gateway.worker.http.head_checks import BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Refused, head_cap, read_head
 from gateway.worker.http.transport_sink import TransportSink, close
 
@@ -203,11 +203,11 @@ class Front(TransportSink):
         if len(buffer) <= self.settings.incomplete_cap:
             self._resume(PIPELINED)
         self.requests += 1
-        websocket = is_websocket(request)
+        websocket = request.websocket
         # kept after its answer unless it says otherwise, or is a WebSocket handshake (refused)
         cycle = self.cycle = Cycle(self, request, request.keep_alive and not websocket
                                    and self.requests < KEEP_ALIVE_REQUESTS)
-        self.body = Body(None if request.chunked else request.length)
+        self.body = Body(request.length)
         if request.expects and not self.body.done and not buffer:
             self.transport.write(framing.CONTINUE)
         self.state = BODY

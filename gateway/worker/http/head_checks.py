@@ -45,26 +45,59 @@ class Refused(Exception):
 
 class Parsed:
     """What the parser read of one request head: target, headers (names lowercased), method,
-    version; `length` (None: chunked), whether it keeps the connection and asks for 100-continue."""
+    version; and, noted as each header is read (the head's one walk before the door's), what
+    the rules and the front ask of them: the framing headers, the Authorization and Host
+    lines, `length` (None: chunked), whether it keeps the connection, asks for 100-continue,
+    or is a WebSocket handshake."""
 
-    __slots__ = ("url", "headers", "method", "version", "length", "chunked", "keep_alive", "expects")
+    __slots__ = ("url", "headers", "method", "version", "framing", "authorizations", "hosts", "codings",
+                 "length", "closes", "expects", "upgrade", "upgrading")
 
     def __init__(self):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.method = b""
         self.version = b"1.1"
-        self.length = 0
-        self.chunked = False
-        self.keep_alive = True
-        self.expects = False
+        self.framing: list[tuple[bytes, bytes]] = []  # the Content-Length and Transfer-Encoding lines
+        self.authorizations = self.hosts = 0
+        self.codings: list[bytes] = []  # Transfer-Encoding values
+        self.length: int | None = 0
+        self.closes = self.expects = self.upgrading = False
+        self.upgrade = b""
 
     # httptools' callbacks
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value.strip(b" \t")))
+        name, value = name.lower(), value.strip(b" \t")
+        self.headers.append((name, value))
+        if name == b"content-length" or name == b"transfer-encoding":
+            self.framing.append((name, value))
+            if name == b"transfer-encoding":
+                self.codings.append(value)
+        elif name == b"authorization":
+            self.authorizations += 1
+        elif name == b"host":
+            self.hosts += 1
+        elif name == b"connection":
+            tokens = [token.strip() for token in value.lower().split(b",")]
+            self.closes |= b"close" in tokens
+            self.upgrading |= b"upgrade" in tokens
+        elif name == b"expect":
+            self.expects = value.lower() == b"100-continue"
+        elif name == b"upgrade":
+            self.upgrade = value.lower()
+
+    @property
+    def keep_alive(self) -> bool:
+        return self.version == b"1.1" and not self.closes
+
+    @property
+    def websocket(self) -> bool:
+        """A WebSocket handshake, as hypercorn told it from any other request: the app refuses
+        it (its denial answer), and the connection closes."""
+        return self.method == b"GET" and self.upgrading and self.upgrade == b"websocket"
 
 
 def head_cap(config: Config) -> int:
@@ -90,52 +123,44 @@ def read_head(head: bytes) -> Parsed:
         pass  # headers whole: an offer to switch protocols, read as any header
     except httptools.HttpParserError:
         # llhttp stops at the first problem: the refusal is named from the raw lines
-        headers = _raw_headers(head)
-        _check(method, b"%s.%s" % (line.group(3), line.group(4)) if line else b"", headers)
+        raw = Parsed()
+        for name, _, value in (text.partition(b":") for text in head.split(CRLF)[1:] if text):
+            raw.on_header(name.strip(), value)
+        _check(method, b"%s.%s" % (line.group(3), line.group(4)) if line else b"", raw)
         raise Refused(400, BAD_REQUEST) from None
     request.method, request.version = method, parser.get_http_version().encode()
-    _check(method, request.version, request.headers)
+    _check(method, request.version, request)
     return _framed(request)
 
 
-def _check(method: bytes, version: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    problem = framing_problem(headers) or authorization_problem(sum(1 for name, _ in headers if name == b"authorization"))
+def _check(method: bytes, version: bytes, request: Parsed) -> None:
+    """The door's rules (door/head.py), in its order, over what the head's walk noted."""
+    problem = framing_problem(request.framing) or authorization_problem(request.authorizations)
     if problem is not None:
         raise Refused(400, problem)
     if version:
-        refusal = request_problem(method, version, headers)
+        refusal = request_problem(method, version, ())  # its framing rule: just applied
         if refusal is not None:
             raise Refused(*refusal)
-    if any(name == b"transfer-encoding" and value.lower() != b"chunked" for name, value in headers):
+    if any(coding.lower() != b"chunked" for coding in request.codings):
         raise Refused(501, UNSUPPORTED_CODING)
 
 
 def _framed(request: Parsed) -> Parsed:
-    """What h11 requires that llhttp lets pass, then the body's framing, the connection's
-    keeping and an absolute-form target (served as its origin form, its authority the Host)."""
-    hosts = sum(1 for name, _ in request.headers if name == b"host")
-    if not (hosts == 1 or (hosts == 0 and request.version == b"1.0")):
+    """What h11 requires that llhttp lets pass, the body's length, and an absolute-form target
+    (served as its origin form, its authority the Host)."""
+    if not (request.hosts == 1 or (request.hosts == 0 and request.version == b"1.0")):
         raise Refused(400, BAD_REQUEST)
     absolute = origin_form(request.url)
     if absolute is not None:
         authority, request.url = absolute
         request.headers = [(b"host", authority), *((n, v) for n, v in request.headers if n != b"host")]
-    request.keep_alive = request.version == b"1.1"
-    for name, value in request.headers:
-        if name == b"content-length":
-            if not value.isdigit():
-                raise Refused(400, BAD_REQUEST)
-            request.length = int(value)
-        elif name == b"transfer-encoding":
-            request.chunked, request.length = True, None
-        elif name == b"connection" and b"close" in value.lower():
-            request.keep_alive = False
-        elif name == b"expect" and value.lower() == b"100-continue":
-            request.expects = request.version == b"1.1"
+    if request.codings:
+        request.length = None
+    elif request.framing:
+        value = request.framing[0][1]
+        if not value.isdigit():
+            raise Refused(400, BAD_REQUEST)
+        request.length = int(value)
+    request.expects = request.expects and request.version == b"1.1"
     return request
-
-
-def _raw_headers(head: bytes) -> list[tuple[bytes, bytes]]:
-    """The header lines of a head as written (names lowercased), for a head httptools refused."""
-    lines = head.split(CRLF)[1:]
-    return [(name.strip().lower(), value.strip()) for name, _, value in (line.partition(b":") for line in lines if line)]
