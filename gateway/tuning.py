@@ -132,8 +132,10 @@ def _broken() -> list[str]:
          "a full collection must not come within a measured storm's allocations"),
         (YOUNG_ALLOCATIONS * MIDDLE_AFTER <= MIDDLE_GENERATION_MOST,
          "young collections must stay as short as the storm measured them"),
-        (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, CHECKS_PER_HEARTBEAT) >= 1,
+        (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, PROBES_PER_CLIENT, KEEP_ALIVE_REQUESTS,
+             CHECKS_PER_HEARTBEAT) >= 1,
          "every cap and count must be at least 1"),
+        (PROBES_PER_CLIENT < PROBES_IN_FLIGHT, "one client address must not take every probe place"),
     ]
     return [why for holds, why in relations if not holds]
 

@@ -9,7 +9,7 @@ The attachment endpoint's 404 and 405 stay empty, as the protocol's table says.
 
 The reason phrase is RFC 9110's, the same one the status line carries. `REFUSAL_REASONS`
 names each refusal the door counts (`murgw_requests_refused_total{reason=...}`): the door's
-and capacity's, and the answers to a request head no route sees (the front's and hypercorn's
+and capacity's, and the answers to a request head no route sees (the front's
 400, 431, 501, 505), never a JSON-RPC error (those count by code) nor a 503 for an
 unreachable sequencer or upstream (the gateway's trouble, not a refusal). A 400 for a head
 two readers could read two ways (door/head.py's `AMBIGUITIES`) counts as `AMBIGUOUS`, apart
