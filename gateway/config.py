@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway import config_found, jwt_keys
+from gateway import jwt_keys
 from gateway.config_values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport,
                                    parse_log_level, parse_metrics_bind, parse_networks,
                                    parse_nonnegative_float, parse_nonnegative_int,
@@ -228,8 +228,8 @@ class Config:
         "the address the agent card names (http(s)://HOST[:PORT]); default: the address each client reached")
     h2c_upgrade: bool = option(
         "off", parse_on_off, "on|off",
-        "switch a plain HTTP/1.1 request with Upgrade: h2c to HTTP/2 (off: answered over HTTP/1.1; "
-        "HTTP/2 prior knowledge is served either way)")
+        "accepted, no effect: a plain HTTP/1.1 request with Upgrade: h2c is answered over HTTP/1.1 "
+        "either way (HTTP/2 is prior knowledge or TLS ALPN h2)")
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     inference: Inference = field(default_factory=Inference)
     tokens: tuple[TokenRule, ...] = ()
@@ -264,8 +264,6 @@ class Config:
 OPTIONS: tuple[Option, ...] = tuple(
     Option(f.name.replace("_", "-"), **f.metadata["option"])
     for f in dataclasses.fields(Config) if "option" in f.metadata)
-# Where the worker's serving (worker/hypercorn/serving.py) found it before gateway/config_found.py held it.
-effective_listen_backlog = config_found.effective_listen_backlog
 BY_NAME = {opt.name: opt for opt in OPTIONS}
 SECTIONS = {"lifecycle": Lifecycle, "inference": Inference}  # TOML tables of plain settings
 KNOWN_ENV = {opt.env for opt in OPTIONS} | {ENV_PREFIX + "CONFIG"}

@@ -97,10 +97,16 @@ NOTSENT_LOWAT_BYTES = 16 * 1024
 # (RESULTS.md), coarse enough to cost nothing (four timer callbacks a second).
 PULSE_SECONDS = 0.25
 
-# Probes (/healthz, /readyz) a worker answers at once (gateway/worker/door/admission.py):
-# each is answered at once, so more in flight on one worker is a flood of clients that
-# pipeline probes and never read; a bound chosen, not measured.
+# Probes (/healthz, /readyz) a worker computes at once (gateway/worker/door/admission.py):
+# a probe holds its place only until its answer is computed (never while its client does
+# not read it), so more in flight on one worker is a flood; one client address holds at
+# most PROBES_PER_CLIENT of them. Bounds chosen, not measured.
 PROBES_IN_FLIGHT = 16
+PROBES_PER_CLIENT = 4
+
+# Requests one HTTP/1.1 connection serves before its answer closes it (hypercorn's
+# keep_alive_max_requests, which the front of HTTP/1.1 connections took over).
+KEEP_ALIVE_REQUESTS = 1000
 
 # How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
 # per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
@@ -126,8 +132,10 @@ def _broken() -> list[str]:
          "a full collection must not come within a measured storm's allocations"),
         (YOUNG_ALLOCATIONS * MIDDLE_AFTER <= MIDDLE_GENERATION_MOST,
          "young collections must stay as short as the storm measured them"),
-        (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, CHECKS_PER_HEARTBEAT) >= 1,
+        (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, PROBES_PER_CLIENT, KEEP_ALIVE_REQUESTS,
+             CHECKS_PER_HEARTBEAT) >= 1,
          "every cap and count must be at least 1"),
+        (PROBES_PER_CLIENT < PROBES_IN_FLIGHT, "one client address must not take every probe place"),
     ]
     return [why for holds, why in relations if not holds]
 

@@ -129,6 +129,15 @@ def read_answer(sock: socket.socket, data: bytes = b"") -> tuple[bytes, bytes]:
     return head + b"\r\n\r\n" + rest[:length], rest[length:]
 
 
+def read_until(sock: socket.socket, marker: bytes, data: bytes = b"") -> bytes:
+    """What the server sends up to `marker` (a stream's `connection-ack`), with `data` read before."""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before {marker!r}: {data!r}"
+        data += chunk
+    return data
+
+
 def read_to_close(sock: socket.socket) -> bytes:
     data = b""
     while chunk := sock.recv(65536):

@@ -94,9 +94,10 @@ def test_a_watcher_that_leaves_frees_its_place_at_once(gateway, leave):
 
 
 def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
-    """[claim: probes-bounded] The door alone, in process: a probe whose answer cannot leave (its client reads nothing,
-    so the server's send waits) holds one of PROBES_IN_FLIGHT and none of --max-connections'
-    places; past PROBES_IN_FLIGHT a probe is refused, while a request still has its place."""
+    """[claim: probes-bounded] The door alone, in process: a probe whose answer is being computed holds one of
+    PROBES_IN_FLIGHT and none of --max-connections' places; past PROBES_IN_FLIGHT a probe is
+    refused, while a request still has its place. Once its answer starts, a probe's place is
+    free, even while its client reads nothing (the server's send waits)."""
     from gateway.config_resolve import load
     from gateway.worker.access_log import AccessLog
     from gateway.worker.door import PROBES_IN_FLIGHT, Admission
@@ -105,33 +106,40 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
         def add(self, *args, **kwargs):
             pass
 
-    held, all_held, unread = [], asyncio.Event(), asyncio.Event()  # unread set: the clients read at last
+    held, all_held, unread = [], asyncio.Event(), asyncio.Event()  # unread set: the answers computed
+    unsent = asyncio.Event()  # set: the clients read at last
 
     async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
         if scope["path"] == "/healthz" and not unread.is_set():
             held.append(scope)
             if len(held) == PROBES_IN_FLIGHT:
                 all_held.set()
-            await unread.wait()
+            await unread.wait()  # computing
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/healthz":
+            await unsent.wait()  # its client reads nothing
         await send({"type": "http.response.body", "body": b""})
 
     async def scenario() -> list:
         door = Admission(app, load(["--max-connections", "1"]), Counters(), AccessLog(False))
 
-        async def ask(path: str) -> int:
+        async def ask(path: str, client: int = 0) -> int:
             answers = []
 
             async def send(message):
                 answers.append(message.get("status"))
             await door({"type": "http", "path": path, "method": "GET", "headers": [], "raw_path": path.encode(),
-                        "query_string": b""}, None, send)
+                        "query_string": b"", "client": (f"10.0.0.{client}", 1)}, None, send)
             return answers[0]
-        probes = [asyncio.ensure_future(ask("/healthz")) for _ in range(PROBES_IN_FLIGHT)]
+        probes = [asyncio.ensure_future(ask("/healthz", n)) for n in range(PROBES_IN_FLIGHT)]
         await all_held.wait()
-        statuses = [await ask("/healthz"), await ask("/.well-known/agent-card.json")]
+        statuses = [await ask("/healthz", 99), await ask("/.well-known/agent-card.json")]
         unread.set()
-        statuses += [await asyncio.gather(*probes), await ask("/healthz")]
+        while door.probes:  # every answer started, none read
+            await asyncio.sleep(0)
+        statuses.append(await ask("/readyz", 99))  # a place for it while the 16 answers wait unread
+        unsent.set()
+        statuses.append(await asyncio.gather(*probes))
         return statuses
 
-    assert asyncio.run(scenario()) == [503, 200, [200] * PROBES_IN_FLIGHT, 200]
+    assert asyncio.run(scenario()) == [503, 200, 200, [200] * PROBES_IN_FLIGHT]

@@ -98,3 +98,27 @@ def test_a_bare_yield_to_the_loop_is_passed_on_as_a_task_would():
         assert await task == "after a turn"
 
     asyncio.run(main())
+
+
+def test_the_eager_part_has_no_current_task_so_a_timeout_there_fails():
+    """Why the app's eager part (a POST / whose body came whole) must await nothing that asks
+    for a current task: tests/test_front_requests.py runs the real openings through it."""
+    async def opening():
+        async with asyncio.timeout(1):
+            pass
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        raised = loop.create_future()
+
+        def data_received():  # as the front's: a loop callback, no task running
+            try:
+                eager.start(loop, opening())
+            except RuntimeError as error:
+                raised.set_result(error)
+            else:
+                raised.set_result(None)
+        loop.call_soon(data_received)
+        assert isinstance(await raised, RuntimeError)
+
+    asyncio.run(main())

@@ -1,7 +1,7 @@
 """The front's reading of a request head (gateway/worker/http/head_checks.py) against h11's on
-the same bytes: every head h11 refuses is refused or handed to hypercorn (whose h11 refuses
-it), never served; beyond h11's refusals only the ambiguous forms are refused; no input
-crashes it."""
+the same bytes: every head h11 refuses is refused, never served; beyond h11's refusals only
+the ambiguous forms and the door's request-line rules (door/head.py: 505, 501) are refused;
+no input crashes it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gateway.worker.door.head import request_problem
-from gateway.worker.http.head_checks import Ambiguous, read_head, without_h2c_upgrade
+from gateway.worker.http.head_checks import Refused, read_head
 
 EOLS = [b"\r\n"] * 8 + [b"\n", b"\r", b"\r\n "]
 NAMES = [b"Host", b"Content-Type", b"Content-Length", b"Transfer-Encoding", b"Authorization", b"X-A",
@@ -59,10 +59,18 @@ def ambiguous(head: bytes) -> bool:
 
 def front(head: bytes) -> str:
     try:
-        parsed, _ = read_head(head)
-    except Ambiguous:
+        read_head(head)
+    except Refused:
         return "refused"
-    return "handed on" if parsed is None else "read"
+    return "read"
+
+
+def door_refuses(head: bytes) -> bool:
+    """What the door refuses of a head h11 reads: its request-line rules."""
+    connection = h11.Connection(h11.SERVER)
+    connection.receive_data(head)
+    request = connection.next_event()
+    return request_problem(request.method, request.http_version, request.headers) is not None
 
 
 @settings(max_examples=1500, deadline=None, database=None)
@@ -71,50 +79,35 @@ def test_the_front_refuses_what_h11_refuses_and_only_the_ambiguous_beyond(head):
     verdict = front(head)  # and it never raises anything else
     refused_by_h11 = h11_refuses(head)
     if refused_by_h11:
-        assert verdict != "read", head
+        assert verdict == "refused", head
     if verdict == "refused" and not refused_by_h11:
-        assert ambiguous(head), head
+        assert ambiguous(head) or door_refuses(head), head
 
 
 def test_methods_are_case_sensitive():
-    """`post` is not POST: it is not read as one (hypercorn answers it)."""
-    parsed, parser = read_head(b"post / HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert parsed is None or parser.get_method() != b"POST"
+    """`post` is not POST: 501, as the door's rule says."""
+    with pytest.raises(Refused) as refusal:
+        read_head(b"post / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert refusal.value.status == 501
 
 
-def test_hypercorns_path_refuses_a_body_framed_two_ways_as_the_front_does():
-    """One rule (door/head.py's framing_problem), whichever path reads the head: the front's
-    refusal and hypercorn's (request_problem over h11's headers) say the same."""
+def test_a_method_llhttp_does_not_know_is_read_as_h11_reads_it():
+    """h11 takes any token as a method; the router answers it (404, 405), as before."""
+    assert read_head(b"PROPFIND /x HTTP/1.1\r\nHost: x\r\n\r\n").method == b"PROPFIND"
+
+
+def test_an_upgrade_offer_is_read_as_any_header():
+    head = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+            b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+    assert (b"upgrade", b"h2c") in read_head(head).headers
+
+
+def test_a_body_framed_two_ways_is_refused_by_the_rule_h11s_path_applied():
+    """One rule (door/head.py's framing_problem): request_problem over h11's headers says the same."""
     head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
     connection = h11.Connection(h11.SERVER)
     connection.receive_data(head)
     request = connection.next_event()
-    with pytest.raises(Ambiguous) as refusal:
+    with pytest.raises(Refused) as refusal:
         read_head(head)
-    assert request_problem(request.method, request.http_version, request.headers) == (400, str(refusal.value))
-
-
-H2C_OFFER = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade, HTTP2-Settings\r\n"
-             b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nAccept: */*\r\n\r\n")
-
-
-def test_a_head_handed_on_loses_its_h2c_offer_and_nothing_else():
-    assert without_h2c_upgrade(H2C_OFFER + b"next bytes") == (
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\nnext bytes")
-
-
-@pytest.mark.parametrize("data", [
-    H2C_OFFER.replace(b"h2c", b"websocket"),  # another upgrade is hypercorn's to answer
-    H2C_OFFER[:-2],  # not whole yet
-    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-    b"GET / HTTP/1.1\r\nHost: x\r\n\r\nUpgrade: h2c\r\n\r\n",  # the next request's: not this head's
-], ids=["websocket", "incomplete", "h2_preface", "body"])
-def test_bytes_without_an_h2c_offer_in_their_head_are_handed_on_as_they_are(data):
-    assert without_h2c_upgrade(data) == data
-
-
-def test_h11_reads_no_upgrade_in_a_head_that_lost_its_h2c_offer():
-    connection = h11.Connection(h11.SERVER)
-    connection.receive_data(without_h2c_upgrade(H2C_OFFER.replace(b"keep-alive, ", b"")))
-    request = connection.next_event()
-    assert isinstance(request, h11.Request) and [name for name, _ in request.headers] == [b"host", b"accept"]
+    assert request_problem(request.method, request.http_version, request.headers) == (400, refusal.value.detail)

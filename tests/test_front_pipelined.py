@@ -10,7 +10,6 @@ the stream was opened (200 text/event-stream) for the second request's caller.
 from __future__ import annotations
 
 import socket
-import ssl
 
 import orjson
 import pytest

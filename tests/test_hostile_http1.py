@@ -1,10 +1,10 @@
-"""Hostile HTTP/1.1 on hypercorn's h11 path: no head that two readers could frame or read
-differently is served, first request or keep-alive, and nothing pipelined behind it is read;
-absolute-form targets are served; no h2c upgrade unless --h2c-upgrade on and HTTP/2 offered.
+"""Hostile HTTP/1.1, on the one HTTP/1.1 server (the front, gateway/worker/http/front.py): no
+head that two readers could frame or read differently is served, first request or
+keep-alive, and nothing pipelined behind it is read; absolute-form targets are served; no h2c
+upgrade, whatever --h2c-upgrade says (HTTP/2 is prior knowledge or ALPN `h2` only).
 
-The h2c and the keep-alive-after-the-front's-answer cases run on both paths a gateway can
-take: hypercorn's HTTP/1.1 fixes installed, and not (patches.py's test switch: h11 unpatched,
-which would take an h2c upgrade and an ambiguous head handed to it)."""
+The h2c and the keep-alive-after-a-stream-request's-answer cases also run on a gateway whose
+HTTP/2 guarantee does not hold (patches.py's test switch: no HTTP/2 offered)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import re
 import orjson
 import pytest
 
-from gateway.worker.http.front import SWITCH as STREAM_PATH
 from gateway.worker.hypercorn.patches import TEST_SWITCH
 from gateway_harness import GatewayOptions, running_gateway, scrape, series, wait_for
 from http_client import Http, headers_for, rpc_body
@@ -22,9 +21,7 @@ from raw_http import after_an_answer, until_close
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 H2C_UPGRADE = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
-H2_PREFACE_THEN_GOAWAY = (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-                          b"\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
-# A stream request the front answers itself (-32009: A2A-Version), keeping the connection
+# A stream request refused with a JSON-RPC error (-32009: A2A-Version), keeping the connection
 WATCH = rpc_body("murmur.WatchSession")
 REFUSED_STREAM = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"A2A-Version: 9.0\r\nContent-Length: %d\r\n\r\n" % len(WATCH)) + WATCH
@@ -87,14 +84,14 @@ def test_two_http10_requests_in_one_write_get_the_first_answered_then_the_close(
 
 @pytest.fixture(scope="module", params=sorted(PATHS))
 def on_either_path(request, tmp_path_factory):
-    """A gateway with hypercorn's HTTP/1.1 fixes installed, and one where they do not apply."""
+    """A gateway offering HTTP/2, and one that does not (its rows moved)."""
     with running_gateway(workers=1, env=PATHS[request.param], tmp_path=tmp_path_factory.mktemp(request.param)) as gw:
         yield gw
 
 
 def after_the_fronts_answer(port: int, request: bytes) -> bytes:
-    """What the server writes for `request` on a connection the front kept after answering a
-    stream request itself, up to the close."""
+    """What the server writes for `request` on a connection kept after a stream request's
+    refusal, up to the close."""
     answer, data = after_an_answer(port, REFUSED_STREAM, request)
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32009" in answer, answer
     return data
@@ -103,8 +100,7 @@ def after_the_fronts_answer(port: int, request: bytes) -> bytes:
 @pytest.mark.parametrize("where", ["first", "after_the_fronts_answer"])
 def test_security_claim_no_h2c_upgrade_by_default(on_either_path, where):
     """[claim: no-h2c-upgrade] `Upgrade: h2c` is ignored: the request is answered over
-    HTTP/1.1, never 101, whether or not hypercorn's h11 is patched (the front hands it on
-    without the offer)."""
+    HTTP/1.1, never 101."""
     if where == "first":
         data = until_close(on_either_path.port, H2C_UPGRADE, half_close=True)
     else:
@@ -113,23 +109,22 @@ def test_security_claim_no_h2c_upgrade_by_default(on_either_path, where):
 
 
 def test_an_upgrade_pipelined_behind_a_stream_request_is_no_reason_to_drop_it(on_either_path):
-    """The front hands both on (hypercorn answers the first, then reads the second where its
-    h11 is patched, else closes): never 101, never a connection dropped unanswered."""
+    """Both answered over HTTP/1.1, in order: never 101, never a connection dropped unanswered."""
     data = until_close(on_either_path.port, REFUSED_STREAM + H2C_UPGRADE, half_close=True)
-    assert statuses(data)[:1] == [200] and 101 not in statuses(data) and b"-32009" in data, data
+    assert statuses(data) == [200, 200] and b"-32009" in data, data
 
 
-def test_no_h2c_upgrade_on_hypercorns_keep_alive(gateway):
-    """A second request on a connection hypercorn serves is read by its (patched) h11."""
+def test_no_h2c_upgrade_on_a_keep_alive_connection(gateway):
     data = until_close(gateway.port, HEALTHZ + H2C_UPGRADE, half_close=True)
     assert statuses(data) == [200, 200], data
 
 
-def test_h2c_upgrade_only_where_the_option_allows_it(tmp_path):
-    """[claim: no-h2c-upgrade]"""
+def test_h2c_upgrade_on_is_accepted_and_changes_nothing(tmp_path):
+    """[claim: no-h2c-upgrade] --h2c-upgrade is still accepted, and has no effect: no
+    HTTP/1.1 request is hypercorn's, so none switches to HTTP/2 (README)."""
     with running_gateway("--h2c-upgrade", "on", workers=1, tmp_path=tmp_path) as gw:
-        data = until_close(gw.port, H2C_UPGRADE + H2_PREFACE_THEN_GOAWAY)
-        assert statuses(data) == [101], data
+        data = until_close(gw.port, H2C_UPGRADE, half_close=True)
+        assert statuses(data) == [200], data
 
 
 UNUSABLE_H2C_SETTINGS = {
@@ -162,8 +157,7 @@ def test_no_h2c_upgrade_where_http2_is_not_offered(tmp_path):
 
 @pytest.mark.parametrize("case", sorted(case for case in AMBIGUOUS if AMBIGUOUS[case][1] == 400))
 def test_security_claim_no_ambiguous_request_after_the_fronts_answer(on_either_path, case):
-    """The request after one the front answered is read by the front too, never handed on
-    unread to an h11 that may be unpatched."""
+    """The request after a stream request's refusal is read and refused as the first would be."""
     request, status = AMBIGUOUS[case]
     assert statuses(after_the_fronts_answer(on_either_path.port, request + HEALTHZ)) == [status]
 
@@ -229,15 +223,13 @@ MORE_REFUSED = {
 }
 
 
-@pytest.mark.parametrize("path", ["front", "hypercorn"])
-def test_every_refused_head_is_counted_by_reason(tmp_path, path):
-    """[claim: refusals-counted] The answers to heads no route sees (the front's, hypercorn's h11) count in
+def test_every_refused_head_is_counted_by_reason(tmp_path):
+    """[claim: refusals-counted] The answers to heads no route sees count in
     murgw_requests_refused_total like the door's refusals, an ambiguous head as `ambiguous`,
-    each once, on both paths a connection can take."""
+    each once."""
     cases = [(request, status, COUNTED[name]) for name, (request, status) in AMBIGUOUS.items()]
     cases += MORE_REFUSED.values()
-    env = {STREAM_PATH: "hypercorn"} if path == "hypercorn" else {}
-    with running_gateway(workers=1, metrics=True, env=env, tmp_path=tmp_path) as gw:
+    with running_gateway(workers=1, metrics=True, tmp_path=tmp_path) as gw:
         before = series(scrape(gw.metrics_port), REFUSED)
         for request, status, _ in cases:
             assert statuses(until_close(gw.port, request + HEALTHZ)) == [status], request

@@ -1,4 +1,4 @@
-"""HTTP/1.1 framing, byte-wise over raw sockets against the real gateway (http11_fixes.py).
+"""HTTP/1.1 framing, byte-wise over raw sockets against the real gateway (http/framing.py, http/front.py).
 
 - the status line carries its reason phrase (`HTTP/1.1 200 OK`, `HTTP/1.1 404 Not Found`);
 - a stream's end is the connection's end: the terminating chunk, then the server's close

@@ -1,7 +1,8 @@
 """gateway/worker/hypercorn/: the one package that knows hypercorn. These fail, naming what
 moved, when a hypercorn (or h11, h2, uvloop) release changes an internal the adapter follows;
-the adapter itself then stops offering what it cannot bound (HTTP/2, keep-alive inside
-hypercorn), which is checked here too, and tests/test_fallback.py checks live.
+the adapter itself then stops offering what it cannot bound (HTTP/2), which is checked here
+too, and tests/test_fallback.py checks live. hypercorn serves HTTP/2 only: the table holds no
+HTTP/1.1 row.
 
 `prepare` patches the process it runs in, so every test that calls it runs it in a child
 Python: this pytest process keeps hypercorn as released."""
@@ -14,9 +15,10 @@ import subprocess
 import sys
 import textwrap
 
+from gateway.worker.asgi_sink import AsgiSink
+from gateway.worker.http.cycle import Cycle
 from gateway.worker.http.front import Front
 from gateway.worker.hypercorn import patches, serving
-from gateway.worker.hypercorn.asgi import AsgiSink
 from gateway_harness import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
@@ -46,12 +48,20 @@ def test_prepare_installs_every_replacement_in_the_table():
                 assert getattr(patches.resolve(row.owner), row.name) is patches.resolve(row.replacement), row
         print(sum(row.replacement is not None for row in patches.TABLE))
     """)
-    assert int(out) == 13  # http11_fixes.py's 8; StreamBuffer.pop, H2Protocol._close_stream; h2_limits.py's 3
+    assert int(out) == 5  # StreamBuffer.pop, H2Protocol._close_stream; h2_limits.py's 3
+
+
+def test_the_table_holds_hypercorns_http2_rows_and_accepts_alone():
+    """26 rows: 39 before the front served every HTTP/1.1 request (19 were HTTP/1.1's), 6 since
+    for HTTP/2 input that raised out of hypercorn."""
+    assert len(patches.TABLE) == 26
+    assert all(row.guarantee in (patches.H2, None) for row in patches.TABLE)
+    assert not any("h11" in row.owner for row in patches.TABLE)
 
 
 def test_this_process_is_not_patched():
-    from hypercorn.protocol.h11 import H11Protocol
-    assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
+    from hypercorn.protocol.h2 import StreamBuffer
+    assert StreamBuffer.pop.__module__ == "hypercorn.protocol.h2"
 
 
 def test_every_row_but_accepts_rests_on_a_guarantee():
@@ -67,21 +77,22 @@ def test_a_stream_hypercorn_serves_gets_the_asgi_sink_and_the_fronts_is_the_fron
 
     async def receive():
         return {"type": "http.disconnect"}
-    served = Front.__new__(Front)  # only its send is asked for
-    assert serving.sink_for(served.send, receive) is served
+    served = Front.__new__(Front)
+    cycle = Cycle.__new__(Cycle)  # only its send, and its front, are asked for
+    cycle.front = served
+    assert serving.sink_for(cycle.send, receive) is served
     assert type(serving.sink_for(send, receive)) is AsgiSink
 
 
 def test_a_guarantee_whose_rows_moved_is_not_offered_and_the_rest_installs():
     out = in_child("""
         from gateway.worker.hypercorn import patches, serving
-        from hypercorn.protocol.h11 import H11Protocol
         from hypercorn.protocol.h2 import StreamBuffer
         before = StreamBuffer.pop
         patches.GUARANTEES[patches.H2] = (*patches.GUARANTEES[patches.H2],
                                           patches.Row("hypercorn.protocol.h2:Nowhere", "pop", None, "hypercorn"))
         assert serving.prepare() is serving.sink_for
-        assert StreamBuffer.pop is before and H11Protocol.handle.__module__.endswith("http11_fixes")
+        assert StreamBuffer.pop is before
         print(serving._missing[patches.H2])
     """)
     assert out.strip() == "internals moved: hypercorn: hypercorn.protocol.h2:Nowhere.pop"
@@ -92,12 +103,12 @@ def test_the_test_switch_reports_every_group_moved_and_nothing_is_patched():
         import os
         os.environ["MURGW_TEST_INTERNALS_MOVED"] = "1"
         from gateway.worker.hypercorn import patches, serving
-        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.protocol.h2 import StreamBuffer
         assert serving.prepare() is serving.sink_for
-        assert H11Protocol.handle.__module__ == "hypercorn.protocol.h11"
+        assert StreamBuffer.pop.__module__ == "hypercorn.protocol.h2"
         print(sorted(serving._missing))
     """)
-    assert out.strip() == "['h2', 'http11']"
+    assert out.strip() == "['h2']"
 
 
 def test_every_replacement_in_the_adapter_is_a_row():

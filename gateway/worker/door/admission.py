@@ -2,9 +2,12 @@
 Retry-After), the head limits (431) and an ambiguous head (400: two Authorization headers,
 head.py, on every protocol); a WebSocket handshake is refused outright (403).
 
-The server bounds what it buffers of an unfinished head (hypercorn/serving.py); this checks
+The server bounds what it buffers of an unfinished head (http/head_checks.py); this checks
 the finished head, so a refusal can say which limit it was. Liveness and readiness probes
-count apart from the open requests, under a bound of their own (`PROBES_IN_FLIGHT`).
+count apart from the open requests, under bounds of their own: `PROBES_IN_FLIGHT` a worker,
+`PROBES_PER_CLIENT` a client address (`client_key`: one address cannot take every place).
+A probe holds its place while its answer is computed, and gives it back as its answer starts
+(`ProbeSend`): never while its client does not read (SECURITY.md, probes).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from gateway.config import Config
 from gateway.metrics import Counters
-from gateway.tuning import PROBES_IN_FLIGHT
+from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
 from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
+from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.head import authorization_problem
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 from gateway.worker.door.request_head import head_of
@@ -24,8 +28,8 @@ if TYPE_CHECKING:
     from gateway.worker.delivery.hub import Served
 
 # Liveness and readiness: never refused for load, so they hold none of --max-connections'
-# places. Each is answered at once, so more than a few in flight on one worker is a flood
-# (clients that pipeline probes and never read the answers), bounded on its own.
+# places. Each is computed at once, so more than a few in flight on one worker is a flood,
+# bounded on its own.
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 NO_WEBSOCKET = Refused(403, "this door serves no WebSocket: send JSON-RPC as POST /")
 
@@ -40,6 +44,7 @@ class Admission:
         self.rpc = rpc
         self.open = 0
         self.probes = 0  # probes in flight, apart from `open` (PROBE_PATHS)
+        self.probes_of: dict[str, int] = {}  # probes in flight by client key
 
     def _refusal(self, scope: dict) -> Refused | None:
         head = head_of(scope)
@@ -53,6 +58,9 @@ class Admission:
         if scope["path"] in PROBE_PATHS:
             if self.probes >= PROBES_IN_FLIGHT:
                 return Refused(503, f"this worker is answering {PROBES_IN_FLIGHT} probes already; retry shortly",
+                               [RETRY_AFTER, CLOSE])
+            if self.probes_of.get(self._client(scope), 0) >= PROBES_PER_CLIENT:
+                return Refused(503, f"this client has {PROBES_PER_CLIENT} probes in flight already; retry shortly",
                                [RETRY_AFTER, CLOSE])
         elif self.open >= self.config.max_connections:
             return Refused(503, "this worker is serving as many requests as it may; retry shortly",
@@ -76,11 +84,11 @@ class Admission:
                 await refuse(send, refusal, self.counters)
                 return
             if scope["path"] in PROBE_PATHS:
-                self.probes += 1
+                probe = ProbeSend(send, self, self._client(scope))
                 try:
-                    await self.app(scope, receive, send)
+                    await self.app(scope, receive, probe)
                 finally:
-                    self.probes -= 1
+                    probe.release()
                 return
             self.open += 1
             to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
@@ -100,6 +108,10 @@ class Admission:
             if exchange.stream is None:
                 self.access.end(exchange)
 
+    def _client(self, scope: dict) -> str:
+        """The client key a probe counts under (behind the trusted proxies now in force)."""
+        return client_key(self.rpc.limits.client(scope) if self.rpc is not None else client_of(scope, ()))
+
     def stream_over(self, served: Served, reason: str | None) -> None:
         """A stream's request is over (the hub's `on_end`; `reason` None: it failed under it):
         its places are given back and its line written. Its request's frames may have
@@ -109,3 +121,31 @@ class Admission:
         self.open -= 1
         exchange.ended = reason
         self.access.end(exchange)
+
+
+class ProbeSend:
+    """A probe's send: its places (the worker's, its client's) are held from its creation
+    until its answer starts, or its run ends without one, whichever comes first."""
+
+    __slots__ = ("send", "admission", "client", "held")
+
+    def __init__(self, send, admission: Admission, client: str):
+        self.send, self.admission, self.client, self.held = send, admission, client, True
+        admission.probes += 1
+        admission.probes_of[client] = admission.probes_of.get(client, 0) + 1
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.release()  # computed: what is left is its client's to read
+        await self.send(message)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            admission = self.admission
+            admission.probes -= 1
+            left = admission.probes_of[self.client] - 1
+            if left:
+                admission.probes_of[self.client] = left
+            else:
+                del admission.probes_of[self.client]

@@ -6,10 +6,9 @@ frames by Content-Length while this door frames by chunks (request smuggling, RF
 of which a filter checks one and the door the other. Each function answers why a head is
 refused (None when it is not; every 400 reason is one of `AMBIGUITIES`, which the refusal
 counter tells apart), and each rule is written once, so every path that reads heads calls
-the same rule: hypercorn's h11 (gateway/worker/hypercorn/http11_fixes.py: `line_problem`,
-`request_problem`, which applies `framing_problem`), the door's ASGI admission (every
-protocol: `authorization_problem`), and the front of HTTP/1.1 connections
-(gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`).
+the same rule: the door's ASGI admission (every protocol: `authorization_problem`), and the
+one HTTP/1.1 server (gateway/worker/http/head_checks.py: `raw_problem`, `framing_problem`,
+`request_problem`).
 """
 
 from __future__ import annotations
@@ -29,21 +28,8 @@ TWO_LENGTHS = "the request has two different Content-Lengths"
 AMBIGUITIES = frozenset({BARE_LINE_END, OBS_FOLD, CL_AND_TE, TWO_AUTHORIZATIONS, NUL, LEADING_WHITESPACE, TWO_LENGTHS})
 
 
-def line_problem(lines: list, raw_length: int) -> str | None:
-    """`lines`: a head cut at each LF with one CR dropped from each line's end, as h11 splits
-    it (the request line first, the blank line gone); `raw_length`: the bytes they came from.
-    Every line, the blank one included, must end in CRLF, and none may be folded (obs-fold)."""
-    if not lines:
-        return None
-    if raw_length != sum(len(line) for line in lines) + 2 * len(lines) + 2:
-        return BARE_LINE_END
-    if any(line[:1] in FOLD for line in lines[1:]):
-        return OBS_FOLD
-    return None
-
-
 def raw_problem(raw: bytes) -> str | None:
-    """The same rules over a head's raw bytes, whole or still arriving (a trailing CR may
+    """The line rules over a head's raw bytes, whole or still arriving (a trailing CR may
     start a CRLF not yet read), for a reader that sees the bytes before any parser: a NUL, a
     line end other than CRLF, a folded line, a request line that begins with whitespace."""
     if b"\x00" in raw:

@@ -10,8 +10,8 @@ route's handler, the error handler), sent by `refuse` too. A refusal whose one s
 several causes carries `why`, the access log's `refusal` field (a 401's `no token` or
 `unknown token`), which the endpoints that authenticate note in the request's `Exchange`.
 
-A request head no route sees is answered outside `refuse` (the front's `_refuse_head`,
-hypercorn's error answer in http11_fixes.py); `count_refusal` counts it by the same rule
+A request head no route sees is answered outside `refuse` (the front's `_refuse`,
+gateway/worker/http/front.py); `count_refusal` counts it by the same rule
 (`refusal_reason`: an ambiguous head's 400 is `ambiguous`, door/head.py's `AMBIGUITIES`).
 """
 

@@ -1,11 +1,14 @@
-"""The worker's own HTTP/1.1 front: every accepted connection starts here, a stream method is
-served by it for the stream's whole life, everything else is handed to hypercorn.
+"""The worker's own HTTP/1.1 server: every accepted connection starts here, every HTTP/1.1
+request is served here, and HTTP/2 is handed to hypercorn at the connection's first bytes.
 
 - `accept`: the burst accept loop (uvloop's `Loop`, answering hypercorn's `create_server`),
-  which gives each accepted connection a `Front`;
-- `front`: the connection's protocol object: reads the head and body, hands on or serves;
-- `head_checks`: the head read once (httptools) and checked for the ambiguous forms;
-- `eager`: the app's run for a stream request, at once, a task only for what must wait;
-- `framing`: the bytes of the front's answers, as hypercorn's h11 path writes them;
+  which gives each accepted connection a `Front`; `plain_http`: plain HTTP on a TLS door;
+- `front`: the connection's protocol object and its states: reads each request, runs the
+  app for it, one at a time, in order;
+- `head_checks`: a head read alone (httptools) and checked for the ambiguous forms;
+- `body`: a request's body cut where it ends (Content-Length or chunks);
+- `cycle`: one request's run of the app: its scope, receive and send;
+- `eager`: the app's run for a whole `POST /`, at once, a task only for what must wait;
+- `framing`: the bytes of the front's answers, as h11 frames them;
 - `transport_sink`: the stream's sink on the connection itself (the front is one).
 """

@@ -12,9 +12,8 @@ asks for on the inherited listening socket) is a `BurstServer`, which watches th
 itself and, each time it is readable, accepts up to ACCEPT_BURST connections, stopping at the
 first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
 TCP transport (TCP_NODELAY included) libuv's server would have made, its protocol the front
-(gateway/worker/http/front.py), which serves a stream itself and hands anything else to the
-protocol hypercorn asked for (under the test-only MURGW_TEST_STREAM_PATH=hypercorn, its
-protocol is hypercorn's own). On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
+(gateway/worker/http/front.py), which serves every HTTP/1.1 request and hands HTTP/2 to the
+protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
 plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
 queue, so a stopped worker's share is taken by the others (tests/test_faults.py).
 
@@ -36,7 +35,7 @@ import uvloop
 from gateway import logs
 from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS
 from gateway.worker.http.front import Front, FrontSettings
-from gateway.worker.hypercorn import plain_http
+from gateway.worker.http import plain_http
 
 RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -52,7 +51,7 @@ class BurstServer:
                  busier=None, tls: dict | None = None, front: FrontSettings | None = None):
         self._loop, self._factory, self._sock = loop, protocol_factory, sock
         # Each connection starts with the worker's own front (gateway/worker/http/front.py),
-        # which hands it to hypercorn's protocol unless it is a stream request
+        # which hands it to hypercorn's protocol only for HTTP/2
         self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
         self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/tls.py)
         self._fd = sock.fileno()

@@ -1,6 +1,6 @@
 """Run a coroutine at once, and make a task only of what is left when it must wait.
 
-Why: the front (front.py) runs the worker's app for each stream request it reads. An opening
+Why: the front (front.py) runs the worker's app for each request it reads. An opening
 that passes the door usually awaits nothing that is not ready (no limit asks the sequencer,
 the pace lets it through, the front's send writes at once), so the whole opening, head and
 connection-ack included, can run inside the `data_received` that read its body. A task per
@@ -10,7 +10,10 @@ its registration in asyncio's set of tasks. This is what Python 3.12's eager tas
 protocol alone (`send`, `throw`).
 
 The eager part runs with no current task: it must not use `asyncio.timeout` (the front hands
-the app its body whole, so the body timer is not reached) or anything else that asks for one.
+the app its body whole, so the body timer is not reached) or anything else that asks for one
+(tests/test_front_requests.py runs the real openings through it, and fails if one does).
+Python 3.12's `asyncio.eager_task_factory` would give it a task; the gateway runs on 3.11, so
+the shim stays.
 Once it waits, the rest runs in a task that waits on the very future the coroutine yielded,
 so cancelling that task cancels the wait, as with any task.
 """

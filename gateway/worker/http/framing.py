@@ -1,11 +1,11 @@
-"""An HTTP/1.1 answer's bytes as hypercorn's h11 path writes them, for the front's own answers.
+"""An HTTP/1.1 answer's bytes as h11 frames them, for every answer the front writes (front.py).
 
-The front (front.py) answers a stream request itself, and a refusal of one; the bytes are
-those a client read when hypercorn answered (tests/test_stream_paths.py compares the two
-paths): the status line with RFC 9110's reason phrase (http11_fixes.py), the headers in the
-app's order and spelling, then what h11 adds: `Transfer-Encoding: chunked` where the answer
-names no length, and `Connection: close` in place of any connection header where the
-connection closes after it.
+The bytes are those a client read when hypercorn's h11 answered: the status line with RFC
+9110's reason phrase, the headers in the app's order and spelling, then what h11 adds where
+the answer names no length: `Transfer-Encoding: chunked` (HTTP/1.1), or nothing and a close
+at the body's end (an HTTP/1.0 request); and where the request does not keep the connection
+(HTTP/1.0, `Connection: close`, the keep-alive request limit), `Connection: close` in place
+of any connection header. A connection header the app wrote itself is kept as it wrote it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 LAST_CHUNK = b"0\r\n\r\n"
 _heads: dict[tuple, bytes] = {}  # a few distinct heads (the stream's, each refusal's): made once each
 _MAX_HEADS = 64
+BODILESS = (204, 304)  # statuses whose answer has no body: h11 adds no framing
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 def closes(headers) -> bool:
@@ -25,17 +27,20 @@ def closes(headers) -> bool:
     return any(name.lower() == b"connection" and b"close" in value.lower() for name, value in headers)
 
 
-def head(status: int, headers) -> tuple[bytes, bool]:
-    """The status line and header block; whether the body is chunked."""
-    key = (status, tuple(headers))
+def head(status: int, headers, keep_alive: bool = True, http10: bool = False) -> tuple[bytes, bool]:
+    """The status line and header block; whether the body is chunked. `keep_alive`: the
+    request keeps the connection; `http10`: it is HTTP/1.0 (no chunks: a body of no stated
+    length ends with the connection)."""
+    key = (status, tuple(headers), keep_alive, http10)
     found = _heads.get(key)
-    chunked = not any(name.lower() == b"content-length" for name, _ in headers)
+    delimited = status not in BODILESS and not any(name.lower() == b"content-length" for name, _ in headers)
+    chunked = delimited and not http10
     if found is None:
-        closing = closes(headers)
+        closing = not keep_alive or (delimited and http10)
         lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status).encode())]
         for name, value in headers:
             lowered = name.lower()
-            if (chunked and lowered == b"transfer-encoding") or (closing and lowered == b"connection"):
+            if (delimited and lowered == b"transfer-encoding") or (closing and lowered == b"connection"):
                 continue
             lines.append(b"%s: %s\r\n" % (name, value))
         if chunked:
@@ -71,8 +76,8 @@ def chunk(body: bytes) -> bytes:
 
 def error_answer(status: int, detail: str) -> bytes:
     """A refusal of a request that never reached the app (a malformed or ambiguous head, a
-    head past the buffer): problem details, and the connection closes. hypercorn's own
-    error answers are these bytes too (http11_fixes.send_error_response)."""
+    head past the buffer): problem details, and the connection closes, in the bytes hypercorn's
+    h11 wrote for its own error answers."""
     body = problem_body(status, detail)
     block, _ = head(status, [*PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close")])
     return block + body
@@ -80,8 +85,7 @@ def error_answer(status: int, detail: str) -> bytes:
 
 def cork_until_fin(transport: asyncio.Transport) -> None:
     """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
-    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end on
-    either path (http11_fixes.py's too). Plain TCP only: a TLS transport cannot write an EOF,
+    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end. Plain TCP only: a TLS transport cannot write an EOF,
     and its end is its close_notify."""
     if not transport.can_write_eof():
         return

@@ -1,139 +1,166 @@
-"""The front's reading of a request head: refused 400 (and the connection closed) where it is
-ambiguous, never served or handed on half-parsed, by the door's rules (door/head.py: the raw
-bytes, then the headers its parser read), and the head it hands on to hypercorn less an h2c
-upgrade offer where none may be taken (`without_h2c_upgrade`). Pure: the front (front.py)
-calls it.
+"""The front's reading of a request head: what it asks for (`Parsed`), or why it is refused
+(`Refused`: status and problem detail), by the door's rules (door/head.py: the raw bytes,
+the request line, then the headers its parser read). Pure: the front (front.py) calls it.
 
 httptools (llhttp) is lenient where h11 is strict, and two parsers that read one request two
 ways are how requests are smuggled: a bare LF or CR as a line end, a NUL, an obs-fold
 continuation line, Content-Length together with Transfer-Encoding, two different
-Content-Lengths, two Authorization headers (which token is the caller's?).
+Content-Lengths, two Authorization headers (which token is the caller's?). Each is refused
+400 and the connection closed. A head is parsed alone: the parser never sees a body or the
+next request (body.py reads bodies), so no request's bytes reach another's parser state.
+
+llhttp knows a fixed list of methods, h11 any token: the head is parsed with its method
+written as `PUT` and the method checked here, so `PROPFIND` or `PRI /` reach the router (404,
+405) as they did under h11. An upgrade offer (`Upgrade: h2c`, `websocket`) is read as any
+header: the front answers over HTTP/1.1 (a WebSocket handshake is the app's to refuse).
 """
 
 from __future__ import annotations
 
+import re
+
 import httptools
 
-from gateway.worker.door.head import CRLF, authorization_problem, framing_problem, raw_problem
+from gateway.config import Config
+from gateway.worker.door.head import (CRLF, authorization_problem, framing_problem, origin_form, raw_problem,
+                                      request_problem)
 
 HEAD_END = CRLF + CRLF
+BAD_REQUEST = "the request is not well-formed HTTP/1.1"
+UNSUPPORTED_CODING = "the request's transfer-encoding is not supported"
+HEAD_TOO_LARGE = "the request head is larger than this door buffers"
+HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
+REQUEST_LINE_EXTRA = 64  # method, version, spaces and the blank line that ends the head
+_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_REQUEST_LINE = re.compile(rb"([^ ]+) ([^ ]+) HTTP/([0-9])\.([0-9])")
 
 
-class Ambiguous(Exception):
-    """A head read two ways by two parsers: refused 400, the connection closed."""
+class Refused(Exception):
+    """A head that is not served: its status and why; the connection closes after it."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
 
 
 class Parsed:
-    """What the parser read of one request: its URL, headers (names lowercased), body.
+    """What the parser read of one request head: target, headers (names lowercased), method,
+    version; and, noted as each header is read (the head's one walk before the door's), what
+    the rules and the front ask of them: the framing headers, the Authorization and Host
+    lines, `length` (None: chunked), whether it keeps the connection, asks for 100-continue,
+    or is a WebSocket handshake."""
 
-    One request only: once it is complete, what the parser reads after it (a request
-    pipelined behind it, in the same write) is the next request's, never added to this one's
-    headers or body."""
-
-    __slots__ = ("url", "headers", "body", "size", "complete")
+    __slots__ = ("url", "headers", "method", "version", "framing", "authorizations", "hosts", "codings",
+                 "length", "closes", "expects", "upgrade", "upgrading")
 
     def __init__(self):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.size = 0
-        self.complete = False
+        self.method = b""
+        self.version = b"1.1"
+        self.framing: list[tuple[bytes, bytes]] = []  # the Content-Length and Transfer-Encoding lines
+        self.authorizations = self.hosts = 0
+        self.codings: list[bytes] = []  # Transfer-Encoding values
+        self.length: int | None = 0
+        self.closes = self.expects = self.upgrading = False
+        self.upgrade = b""
 
     # httptools' callbacks
     def on_url(self, url: bytes) -> None:
-        if not self.complete:
-            self.url += url
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.complete:
-            self.headers.append((name.lower(), value))
+        name, value = name.lower(), value.strip(b" \t")
+        self.headers.append((name, value))
+        if name == b"content-length" or name == b"transfer-encoding":
+            self.framing.append((name, value))
+            if name == b"transfer-encoding":
+                self.codings.append(value)
+        elif name == b"authorization":
+            self.authorizations += 1
+        elif name == b"host":
+            self.hosts += 1
+        elif name == b"connection":
+            tokens = [token.strip() for token in value.lower().split(b",")]
+            self.closes |= b"close" in tokens
+            self.upgrading |= b"upgrade" in tokens
+        elif name == b"expect":
+            self.expects = value.lower() == b"100-continue"
+        elif name == b"upgrade":
+            self.upgrade = value.lower()
 
-    def on_body(self, body: bytes) -> None:
-        if not self.complete:
-            self.size += len(body)
-            self.body.append(body)
+    @property
+    def keep_alive(self) -> bool:
+        return self.version == b"1.1" and not self.closes
 
-    def on_message_complete(self) -> None:
-        self.complete = True
-
-
-
-def raw_headers(head: bytes) -> list[tuple[bytes, bytes]]:
-    """The header lines of a head as written (names lowercased), for a head httptools refused."""
-    lines = head.split(CRLF)[1:]
-    return [(name.strip().lower(), value.strip()) for name, _, value in (line.partition(b":") for line in lines if line)]
+    @property
+    def websocket(self) -> bool:
+        """A WebSocket handshake, as hypercorn told it from any other request: the app refuses
+        it (its denial answer), and the connection closes."""
+        return self.method == b"GET" and self.upgrading and self.upgrade == b"websocket"
 
 
-def read_head(head: bytes):
-    """A whole head (through its blank line), checked then parsed: (Parsed, its parser, to
-    read the body with), or (None, None) where httptools does not take it as HTTP/1.x or it
-    asks for an upgrade (hypercorn answers it); `Ambiguous` where it is one of the forms above."""
+def head_cap(config: Config) -> int:
+    """The bytes of an unfinished head a connection may buffer: the limit plus each line's framing."""
+    return config.max_header_bytes + REQUEST_LINE_EXTRA + HEAD_LINE_FRAMING * (config.max_headers + 1)
+
+
+def read_head(head: bytes) -> Parsed:
+    """A whole head (through its blank line), checked then parsed; `Refused` where it may not
+    be served."""
     problem = raw_problem(head)
     if problem is not None:
-        raise Ambiguous(problem)
+        raise Refused(400, problem)
+    line = _REQUEST_LINE.match(head, 0, head.find(CRLF))
+    method = line.group(1) if line else b""
     request = Parsed()
     parser = httptools.HttpRequestParser(request)
     try:
-        parser.feed_data(head)
+        if line is None or not _TOKEN.fullmatch(method):
+            raise httptools.HttpParserError(BAD_REQUEST)
+        parser.feed_data(b"PUT" + head[len(method):])
     except httptools.HttpParserUpgrade:
-        return None, None
+        pass  # headers whole: an offer to switch protocols, read as any header
     except httptools.HttpParserError:
-        # llhttp stops at the first problem (Content-Length with Transfer-Encoding among
-        # them): the ambiguous forms are named from the raw lines, the rest is hypercorn's
-        problem = header_problem(raw_headers(head))
-        if problem is not None:
-            raise Ambiguous(problem) from None
-        return None, None
-    problem = header_problem(request.headers)
+        # llhttp stops at the first problem: the refusal is named from the raw lines
+        raw = Parsed()
+        for name, _, value in (text.partition(b":") for text in head.split(CRLF)[1:] if text):
+            raw.on_header(name.strip(), value)
+        _check(method, b"%s.%s" % (line.group(3), line.group(4)) if line else b"", raw)
+        raise Refused(400, BAD_REQUEST) from None
+    request.method, request.version = method, parser.get_http_version().encode()
+    _check(method, request.version, request)
+    return _framed(request)
+
+
+def _check(method: bytes, version: bytes, request: Parsed) -> None:
+    """The door's rules (door/head.py), in its order, over what the head's walk noted."""
+    problem = framing_problem(request.framing) or authorization_problem(request.authorizations)
     if problem is not None:
-        raise Ambiguous(problem)
-    if not well_formed(request, parser):
-        return None, None
-    return request, parser
+        raise Refused(400, problem)
+    if version:
+        refusal = request_problem(method, version, ())  # its framing rule: just applied
+        if refusal is not None:
+            raise Refused(*refusal)
+    if any(coding.lower() != b"chunked" for coding in request.codings):
+        raise Refused(501, UNSUPPORTED_CODING)
 
 
-def well_formed(request: Parsed, parser) -> bool:
-    """What h11 requires that llhttp lets pass (not ambiguous: hypercorn refuses it, 400)."""
-    hosts = sum(1 for name, _ in request.headers if name == b"host")
-    return hosts == 1 or (hosts == 0 and parser.get_http_version() == "1.0")
-
-
-def without_h2c_upgrade(data: bytes) -> bytes:
-    """`data` with the request head at its start (once whole) less its offer to switch to
-    HTTP/2 (RFC 7540 §3.2): the `Upgrade` lines that name h2c, the `HTTP2-Settings` lines, and
-    the Connection tokens that named them. For the bytes the front hands on where an h2c
-    upgrade is not allowed: hypercorn's own h11 switches on `Upgrade: h2c` alone, so the
-    request is then answered over HTTP/1.1 by whichever hypercorn reads it, patched or not."""
-    end = data.find(HEAD_END)
-    if end < 0 or b"h2c" not in data[:end].lower():
-        return data
-    request_line, *lines = data[:end].split(CRLF)
-    kept = [line for line in lines if not _h2c_offer(line)]
-    named = {b"http2-settings"} if any(_name(line) == b"upgrade" for line in kept) else {b"http2-settings", b"upgrade"}
-    out = [request_line]
-    for line in kept:
-        if _name(line) == b"connection":
-            name, _, value = line.partition(b":")
-            tokens = [token for token in value.split(b",") if token.strip().lower() not in named]
-            if not any(token.strip() for token in tokens):
-                continue
-            line = name + b":" + b",".join(tokens)
-        out.append(line)
-    return CRLF.join(out) + data[end:]
-
-
-def _name(line: bytes) -> bytes:
-    return line.partition(b":")[0].strip().lower()
-
-
-def _h2c_offer(line: bytes) -> bool:
-    """An `HTTP2-Settings` line, or an `Upgrade` line that names h2c among its protocols."""
-    name = _name(line)
-    return name == b"http2-settings" or (
-        name == b"upgrade" and b"h2c" in (token.strip().lower() for token in line.partition(b":")[2].split(b",")))
-
-
-def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """A problem in the headers as parsed (names lowercased): the door's rules (door/head.py)."""
-    return framing_problem(headers) or authorization_problem(
-        sum(1 for name, _ in headers if name == b"authorization"))
+def _framed(request: Parsed) -> Parsed:
+    """What h11 requires that llhttp lets pass, the body's length, and an absolute-form target
+    (served as its origin form, its authority the Host)."""
+    if not (request.hosts == 1 or (request.hosts == 0 and request.version == b"1.0")):
+        raise Refused(400, BAD_REQUEST)
+    absolute = origin_form(request.url)
+    if absolute is not None:
+        authority, request.url = absolute
+        request.headers = [(b"host", authority), *((n, v) for n, v in request.headers if n != b"host")]
+    if request.codings:
+        request.length = None
+    elif request.framing:
+        value = request.framing[0][1]
+        if not value.isdigit():
+            raise Refused(400, BAD_REQUEST)
+        request.length = int(value)
+    request.expects = request.expects and request.version == b"1.1"
+    return request

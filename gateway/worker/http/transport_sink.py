@@ -1,5 +1,5 @@
 """A stream's sink (sink.py) that is its connection's protocol: the front of HTTP/1.1
-connections (front.py).
+connections (front.py), from the stream's head on.
 
 It reads nothing but the client's leaving (a FIN or a reset ends the stream at once), writes
 each body as one chunk in one `transport.write` (the first with the response head before it:
@@ -18,7 +18,7 @@ from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
 
 
 class TransportSink(asyncio.Protocol):
-    __slots__ = ("transport", "high_water", "left", "unsent", "_listener")
+    __slots__ = ("transport", "high_water", "left", "unsent", "framed", "_listener")
 
     writes_at_once = True
 
@@ -27,6 +27,7 @@ class TransportSink(asyncio.Protocol):
         self.high_water = 0 if transport is None else transport.get_write_buffer_limits()[1]
         self.left = False  # the client sent EOF, or the connection broke
         self.unsent = b""  # the response head, written with the first chunk
+        self.framed = True  # chunked; False: an HTTP/1.0 answer, whose body ends with the connection
         self._listener = None
 
     # the protocol: the client's leaving, and the write side's flow
@@ -54,7 +55,8 @@ class TransportSink(asyncio.Protocol):
 
     def write(self, body: bytes) -> bool:
         transport = self.transport
-        transport.write(self.headed(chunk(body)) if self.unsent else chunk(body))
+        data = chunk(body) if self.framed else body
+        transport.write(self.headed(data) if self.unsent else data)
         return transport.get_write_buffer_size() <= self.high_water and not transport.is_closing()
 
     def headed(self, data: bytes) -> bytes:
@@ -71,7 +73,7 @@ class TransportSink(asyncio.Protocol):
         if transport is None or self.closed:
             return
         cork_until_fin(transport)
-        transport.write(self.headed(LAST_CHUNK))
+        transport.write(self.headed(LAST_CHUNK if self.framed else b""))
         close(transport)
 
     def abort(self) -> None:

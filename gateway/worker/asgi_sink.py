@@ -1,21 +1,16 @@
-"""The plain ASGI sink: a stream's bytes as ASGI body sends, and its client's leaving.
-
-The sink of every stream hypercorn serves: over HTTP/2, HTTP/1.0 (a close-delimited body), a
-stream requested on a keep-alive connection hypercorn already holds, and every stream under
-the test-only MURGW_TEST_STREAM_PATH=hypercorn. The front (gateway/worker/http/front.py)
-serves the rest itself. These paths are rare or HTTP/2, so the sink follows no internals of
-hypercorn: it is ASGI alone.
+"""A stream's sink, chosen by the server that serves it (`sink_for`): the front of HTTP/1.1
+connections is its own stream's sink (gateway/worker/http/front.py); every stream hypercorn
+serves (HTTP/2) has the plain ASGI sink, `AsgiSink`: its bytes as ASGI body sends, and its
+client's leaving. It follows no internals of hypercorn: it is ASGI alone.
 
 `write` keeps the body and answers blocked, so the stream's coroutine sends it in `drain`:
-one ASGI send per wake-up, which h11 frames as one chunk. A task of the sink's own waits on
-`receive` for `http.disconnect` (a reset, or on HTTP/1.1 a FIN: http11_fixes.py), so a
-stream learns at once that its client left, not at its next write.
+one ASGI send per wake-up, one DATA frame. A task of the sink's own waits on `receive` for
+`http.disconnect` (a reset), so a stream learns at once that its client left, not at its
+next write.
 
-A send may wait for as long as the server will not take more: an HTTP/1.1 watcher that
-stopped reading and then sent its FIN (hypercorn's write waits for a drain that never
-comes), an HTTP/2 stream whose client keeps its window shut. When the client leaves
-meanwhile, that send is cancelled, so the stream ends and frees its place whatever the
-server does with a departed stream.
+A send may wait for as long as the server will not take more: an HTTP/2 stream whose client
+keeps its window shut. When the client leaves meanwhile, that send is cancelled, so the
+stream ends and frees its place whatever the server does with a departed stream.
 
 An idle stream holds its sink for as long as it is open, so a sink keeps only what it uses
 (slots, no callback object: the listener's `poke` is called).
@@ -26,8 +21,19 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
+from gateway.worker.http.cycle import Cycle
+
 Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
+
+
+def sink_for(send: Send, receive: Receive):
+    """A stream's sink: the front, where it serves the stream (its send is a request's
+    `Cycle.send`: gateway/worker/http/cycle.py); the plain ASGI sink wherever hypercorn does."""
+    cycle = getattr(send, "__self__", None)
+    if isinstance(cycle, Cycle):
+        return cycle.front
+    return AsgiSink(send, receive)
 
 
 class AsgiSink:
