@@ -18,6 +18,7 @@ from gateway import board, records
 from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
+from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.worker.delivery.hub import Hub, Served
 from gateway.worker.delivery.stream import Stream, TaskView
@@ -202,8 +203,8 @@ def test_wake_ups_during_a_burst_under_uvloop_share_one_pass(ring):
         sink, stream = FakeSink(), watcher()
         await bench.open(stream, sink)
         bench.frames(40)  # more waiting than COALESCE_MAX_EVENTS: the pass is due at once
-        bench.hub._on_wake()
-        bench.hub._on_wake()
+        bench.hub.pump._on_wake()
+        bench.hub.pump._on_wake()
         for _ in range(10):
             await asyncio.sleep(0)
         assert sink.ids() == list(range(1, 41))
@@ -464,20 +465,31 @@ def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
     run(ring, scenario)
 
 
-def test_replay_events_evicted_before_they_were_sent_are_named_by_a_lagged_frame(ring):
+def test_a_replay_the_ring_overwrote_while_its_reader_was_blocked_is_written_whole(ring):
     async def scenario(bench: Bench):
         _, sink = await blocked_mid_replay(bench)
-        sent = sink.ids()[-1]
-        bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300: some were never sent
+        bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300 in the ring and the window
         bench.hub.sync()
         sink.block = False
         sink.released_drain.set()
         await until(lambda: sink.ids() and sink.ids()[-1] == 812)
-        numbered = [i for i in sink.ids() if i is not None]
         lagged = [item.frame["missed"] for event_id, item in sink.items() if event_id is None]
-        assert lagged[0] == 300 - sent  # the replay's evicted events, named before the next one
-        assert numbered == sorted(set(numbered))  # none twice, in order
-        assert len(numbered) + sum(lagged) == 812  # each delivered or named lost
+        # the replay whole, then the live events past the queue of 128 named, then the newest 128
+        assert sink.ids() == [*range(1, 513), None, *range(813 - LAG_LIMIT, 813)]
+        assert lagged == [300 - LAG_LIMIT]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_an_opening_copies_what_the_window_lacks_and_writes_no_other_stream(ring):
+    async def scenario(bench: Bench):
+        sink, other = FakeSink(), watcher()
+        await bench.open(other, sink)
+        bench.frames(3)  # written, the worker not yet woken
+        since = bench.hub.reading_point()  # an opening reads its point now
+        assert since == 3 and bench.hub.window.entry(3) is not None
+        assert sink.writes == []  # no pass ran for it: the other stream waits for the pass
+        await until(lambda: sink.ids() == [1, 2, 3])  # which the copy scheduled, on a later turn
         bench.hub.close_all()
     run(ring, scenario)
 
