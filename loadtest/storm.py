@@ -319,6 +319,9 @@ def storm(args, server_pid: int = 0) -> dict:
 # --- the storm of full replays, read by the C reader ---
 
 HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
+# Counters summed over their labels: writes per event is sends / events delivered.
+COUNTERS = {"sends": "murgw_sends_total", "delivered": "murgw_events_delivered_total",
+            "lost_to_lag": "murgw_events_lost_to_lag_total"}
 
 
 def scrape(metrics_port: int) -> dict:
@@ -327,7 +330,11 @@ def scrape(metrics_port: int) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     found: dict = {name: {} for name in HISTOGRAMS}
     found["restarts"] = 0.0
+    found.update(dict.fromkeys(COUNTERS, 0.0))
     for line in text.splitlines():
+        for name, series in COUNTERS.items():
+            if line.startswith(series):
+                found[name] += float(line.rsplit(" ", 1)[1])
         for name, series in HISTOGRAMS.items():
             if line.startswith(series):
                 bound = line.split('le="', 1)[1].split('"', 1)[0]
@@ -357,20 +364,57 @@ def fill_ring(url: str, frames: int) -> None:
     urllib.request.urlopen(request, timeout=30).read()
 
 
-def csse_storm(args, metrics_port: int) -> dict:
+def workers_of(supervisor_pid: int) -> list[int]:
+    """The gateway's worker processes (their title: `murgw: worker N ...`)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                title = fh.read()
+        except OSError:
+            continue
+        if ppid == supervisor_pid and b"worker" in title:
+            found.append(int(name))
+    return sorted(found)
+
+
+def profile(args, supervisor_pid: int) -> subprocess.Popen | None:
+    """With --profile PATH: py-spy records the first worker from the storm's start for
+    --profile-seconds at 100 Hz, as raw collapsed stacks (summarized by loadtest/spy_summary.py)."""
+    if not args.profile:
+        return None
+    pids = workers_of(supervisor_pid)
+    if not pids:
+        return None
+    spy = os.path.join(os.path.dirname(bench.PYTHON), "py-spy")
+    return subprocess.Popen([spy, "record", "-p", str(pids[0]), "-r", "100", "-d", str(args.profile_seconds),
+                             "-f", "raw", "-o", args.profile, "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
     fill_ring(args.url, args.burst)
     time.sleep(args.settle)
     before = scrape(metrics_port)
+    replay_from = [] if args.last_event_id == "none" else ["--last-event-id", args.last_event_id]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", "--last-event-id", "0",
+        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", *replay_from,
+                            "--connect-concurrency", str(args.connect_concurrency),
                             "--track-ids", "--track-from-open", "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
                             "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
                             "--out", out, args.url], args.client_cpus)
         started = time.monotonic()
+        spy = profile(args, supervisor_pid)
         subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
         wall = time.monotonic() - started
+        if spy is not None:
+            spy.wait(timeout=args.profile_seconds + 60)
         with open(out, "rb") as fh:
             reader = orjson.loads(fh.read())
     after = scrape(metrics_port)
@@ -393,6 +437,8 @@ def csse_storm(args, metrics_port: int) -> dict:
             "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
             "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
             "worker_restarts": int(after["restarts"] - before["restarts"]),
+            "events_lost_to_lag": int(after["lost_to_lag"] - before["lost_to_lag"]),
+            "writes_per_event": round((after["sends"] - before["sends"]) / max(1.0, after["delivered"] - before["delivered"]), 4),
             "reader": {key: reader.get(key) for key in keys}}
 
 
@@ -435,6 +481,12 @@ def parse_args(argv=None):
     p.add_argument("--settle", type=float, default=3.0, help="with --csse: seconds for the burst to finish")
     p.add_argument("--server-cpus", help="taskset -c list for the gateway (started here)")
     p.add_argument("--client-cpus", help="taskset -c list for the C reader")
+    p.add_argument("--connect-concurrency", type=int, default=200,
+                   help="with --csse: connects in flight per client process (csse's own default 200)")
+    p.add_argument("--last-event-id", default="0",
+                   help="with --csse: the header each watcher sends; 'none': no header (a watcher replays from 0)")
+    p.add_argument("--profile", help="with --csse: py-spy's raw stacks of the first worker, written here")
+    p.add_argument("--profile-seconds", type=int, default=30)
     p.add_argument("--source-addrs", type=int, default=1,
                    help="with --csse: spread the streams over 127.0.0.1..K (one address has ~28,000 ports)")
     args = p.parse_args(argv)
@@ -452,7 +504,7 @@ def main(argv=None) -> int:
         with StormGateway(args) as gateway:
             args.url = gateway.url
             if args.csse:
-                report = csse_storm(args, gateway.metrics_port)
+                report = csse_storm(args, gateway.metrics_port, gateway.proc.pid)
             else:
                 report = storm(args, gateway.proc.pid)
     report = {"started": started, "cores": os.cpu_count(), "sysctl": sysctls(), **report}
