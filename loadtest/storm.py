@@ -39,6 +39,7 @@ every pipe read by a timeout; the gateway (started here) is stopped by pid at th
 from __future__ import annotations
 
 import argparse
+import http.client
 import asyncio
 import multiprocessing
 import os
@@ -442,6 +443,49 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
             "reader": {key: reader.get(key) for key in keys}}
 
 
+class ReplayingNchan(bench.Nchan):
+    """nginx+nchan as the issue's anchor: its subscribers replay the channel's buffer
+    (`nchan_subscriber_first_message oldest`), prefilled with 512 messages of --size bytes,
+    while --rate more are published a second."""
+
+    CONF = bench.Nchan.CONF.replace("nchan_subscriber_first_message newest", "nchan_subscriber_first_message oldest")
+
+    def __enter__(self):
+        rate, self.rate = self.rate, 0  # no publisher until the buffer is full
+        super().__enter__()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        prefix = bench.sse.rpc_prefix(b"1")
+        for seq in range(1, 513):
+            conn.request("POST", "/pub", prefix + bench.wire.load_result(self.size, seq=seq) + b"}",
+                         {"Content-Type": "application/json"})
+            conn.getresponse().read()
+        conn.close()
+        self.rate = rate
+        if rate > 0:
+            self.publisher = bench.Publisher(self.port, rate, self.size)
+            self.publisher.start()
+        return self
+
+
+def nchan_storm(args) -> dict:
+    """The same reader against ReplayingNchan: how long its ramp takes, and what each subscriber
+    got (nchan's messages carry no murmur id: counts, not id checks)."""
+    with ReplayingNchan(args, args.rate, args.workers) as nchan, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "csse.json")
+        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
+                            "--connect-concurrency", str(args.connect_concurrency), "--idle-exit", "2",
+                            "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
+                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
+                            "--out", out, nchan.url], args.client_cpus)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
+        with open(out, "rb") as fh:
+            reader = orjson.loads(fh.read())
+    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
+            "per_conn_events_min", "per_conn_events_max", "stop_reasons", "errors", "client_cpu_total_s")
+    return {"scenario": "nchan-replaying-storm", "watchers": args.watchers, "rate": args.rate,
+            "reader": {key: reader.get(key) for key in keys}}
+
+
 class StormGateway(bench.ServerProcess):
     """The gateway under test, started like the bench's, with the storm's options."""
 
@@ -485,6 +529,8 @@ def parse_args(argv=None):
                    help="with --csse: connects in flight per client process (csse's own default 200)")
     p.add_argument("--last-event-id", default="0",
                    help="with --csse: the header each watcher sends; 'none': no header (a watcher replays from 0)")
+    p.add_argument("--server", choices=("gateway", "nchan"), default="gateway",
+                   help="with --csse: nchan replaying its prefilled 512-message buffer instead (ReplayingNchan)")
     p.add_argument("--profile", help="with --csse: py-spy's raw stacks of the first worker, written here")
     p.add_argument("--profile-seconds", type=int, default=30)
     p.add_argument("--source-addrs", type=int, default=1,
@@ -498,7 +544,9 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    if args.url:
+    if args.server == "nchan":
+        report = nchan_storm(args)
+    elif args.url:
         report = storm(args, args.server_pid)
     else:
         with StormGateway(args) as gateway:
@@ -509,6 +557,8 @@ def main(argv=None) -> int:
                 report = storm(args, gateway.proc.pid)
     report = {"started": started, "cores": os.cpu_count(), "sysctl": sysctls(), **report}
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
+    if args.server == "nchan":
+        return 0
     if args.csse:
         reader = report["reader"]
         return 0 if report["every_watcher_replayed"] and not reader["ids_nonascending"] else 1
