@@ -28,9 +28,9 @@ COALESCE_MAX_SECONDS = 0.025  # never more
 # (gateway/board.py checks it is below both).
 COALESCE_MAX_EVENTS = 32
 
-# The hub (gateway/worker/delivery/hub.py): its slow poll, which closes the window in which an armed
-# flag and a head published at the same instant miss each other, and how often a long pass
-# bumps the worker's beat word.
+# The pump (gateway/worker/delivery/pump.py): its slow poll, which closes the window in which an
+# armed flag and a head published at the same instant miss each other; and how often a long
+# pass (gateway/worker/delivery/hub.py) bumps the worker's beat word.
 POLL_SECONDS = 0.05
 PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
 
