@@ -494,6 +494,21 @@ def test_an_opening_copies_what_the_window_lacks_and_writes_no_other_stream(ring
     run(ring, scenario)
 
 
+def test_live_events_for_a_replaying_watcher_wait_behind_its_replay(ring):
+    async def scenario(bench: Bench):
+        bench.frames(512, text=PAD)
+        sink = FakeSink()
+        stream = await open_replaying(bench, sink)
+        assert stream.queued and sink.writes == []  # its replay waits for the catch-up run
+        bench.frames(5, text=PAD)  # live: the ring and the window overwrite ids 1..5
+        bench.hub.sync()  # the pass
+        assert sink.writes == []  # wrote nothing of it: no replay restarted, no live event first
+        await until(lambda: not stream.stream.behind(bench.hub.window))
+        assert sink.ids() == list(range(1, 518))  # the whole replay, then the live ones
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
 def test_a_queued_replays_heartbeat_does_not_wait_for_its_turn(ring):
     async def scenario(bench: Bench):
         bench.frames(512, text=PAD)
