@@ -424,6 +424,15 @@ async def blocked_mid_replay(bench: Bench) -> tuple[Served, FakeSink]:
     return stream, sink
 
 
+async def queued_full_replay(bench: Bench) -> tuple[Served, FakeSink]:
+    """A full ring's replay just opened: its first piece waits for the catch-up run."""
+    bench.frames(512, text=PAD)
+    sink = FakeSink()
+    stream = await open_replaying(bench, sink)
+    assert stream.queued and sink.writes == []
+    return stream, sink
+
+
 async def until(predicate, turns: int = 10_000) -> None:
     for _ in range(turns):  # bounded: loop turns, not seconds
         if predicate():
@@ -496,10 +505,7 @@ def test_an_opening_copies_what_the_window_lacks_and_writes_no_other_stream(ring
 
 def test_live_events_for_a_replaying_watcher_wait_behind_its_replay(ring):
     async def scenario(bench: Bench):
-        bench.frames(512, text=PAD)
-        sink = FakeSink()
-        stream = await open_replaying(bench, sink)
-        assert stream.queued and sink.writes == []  # its replay waits for the catch-up run
+        stream, sink = await queued_full_replay(bench)
         bench.frames(5, text=PAD)  # live: the ring and the window overwrite ids 1..5
         bench.hub.sync()  # the pass
         assert sink.writes == []  # wrote nothing of it: no replay restarted, no live event first
@@ -511,10 +517,7 @@ def test_live_events_for_a_replaying_watcher_wait_behind_its_replay(ring):
 
 def test_a_queued_replays_heartbeat_does_not_wait_for_its_turn(ring):
     async def scenario(bench: Bench):
-        bench.frames(512, text=PAD)
-        sink = FakeSink()
-        stream = await open_replaying(bench, sink)
-        assert stream.queued and sink.writes == []  # its first piece waits for the catch-up run
+        stream, sink = await queued_full_replay(bench)
         bench.hub.heartbeats._on_due(stream, 0.0)  # what the heap does when it comes due
         assert sink.writes == [sse.HEARTBEAT]
         await until(lambda: not stream.stream.behind(bench.hub.window))
