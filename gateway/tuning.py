@@ -33,6 +33,11 @@ COALESCE_MAX_EVENTS = 32
 # pass (gateway/worker/delivery/hub.py) bumps the worker's beat word.
 POLL_SECONDS = 0.05
 PROGRESS_STREAMS = 1024  # a pass bumps the beat word once per this many streams written
+# A pass writes at most this many streams a turn of the loop, the rest on the next turns in
+# order (hub.py): at 1 event/s a 50,000 storm's pass was ~16,700 writes a worker in one
+# callback, and three workers on one core stood their loops still for 1-2.5 s (RESULTS.md run
+# 11). At the measured ~4-10 us a write, about 20-40 ms a turn.
+PASS_STREAMS_PER_TURN = 4096
 
 # Catch-up (gateway/worker/delivery/catchup.py): the most one run writes for before the loop turns,
 # in the thread's CPU time (a worker preempted on a shared core keeps its budget).

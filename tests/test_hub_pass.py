@@ -14,7 +14,7 @@ from collections import Counter
 import orjson
 import pytest
 
-from gateway import board, records
+from gateway import board, records, tuning
 from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
@@ -229,6 +229,24 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
         assert bench.counters.adds("events_delivered") == [(12, WATCH_SESSION)]
         assert [c for c in bench.counters.calls if c[:2] == ("observe", "reader_lag_events")] == [
             ("observe", "reader_lag_events", 4, WATCH_SESSION, 3)]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_pass_writes_a_bounded_number_of_streams_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
+    monkeypatch.setattr(tuning, "PASS_STREAMS_PER_TURN", 2)
+
+    async def scenario(bench: Bench):
+        sinks = [FakeSink() for _ in range(5)]
+        for sink in sinks:
+            await bench.open(watcher(), sink)
+        bench.frames(1)
+        bench.hub.sync()
+        assert sorted(len(sink.writes) for sink in sinks) == [0, 0, 0, 1, 1]  # this turn's two
+        bench.frames(1)
+        bench.hub.sync()  # a second pass while the first is not done: its streams wait behind
+        await until(lambda: all(sink.ids() == [1, 2] for sink in sinks))
+        assert not bench.hub._line
         bench.hub.close_all()
     run(ring, scenario)
 

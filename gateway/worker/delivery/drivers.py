@@ -241,7 +241,7 @@ class Served:
     (the bytes handed to its sink, whether a reload revoked it or its token expired). It is the sink's listener: a
     client that leaves, or a sink that drained, pokes it."""
 
-    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "beat_due", "bytes_sent", "revoked",
+    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "passing", "beat_due", "bytes_sent", "revoked",
                  "exchange")
 
     def __init__(self, stream: Stream):
@@ -251,6 +251,7 @@ class Served:
         self.waiting: Wait | None = None
         self.waiter: asyncio.Future | None = None
         self.queued = False  # waiting in the catch-up queue for its next piece (catchup.py)
+        self.passing = False  # waiting for its turn in a pass longer than one turn (`Hub._pass`)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
         self.revoked: str | None = None  # "revoked" or "expired": its token's right to it ended (`end_stream`)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections import deque
 from typing import Callable
 
 from gateway import logs, tuning
@@ -62,6 +63,8 @@ class Hub(Drivers):
         self.task_streams: set[Served] = set()
         self.heartbeats: Heartbeats[Served] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._write, self._after_catch_up)
+        self._line: deque[Served] = deque()  # streams a pass has yet to write (`_pass`)
+        self._pass_handle: asyncio.Handle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sends: dict[str, int] = {}  # writes this turn by endpoint, not yet counted
         self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
@@ -93,6 +96,8 @@ class Hub(Drivers):
         self.pump.stop()
         self.heartbeats.stop()
         self.catch_up.stop()
+        if self._pass_handle is not None:
+            self._pass_handle.cancel()
 
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
@@ -111,19 +116,43 @@ class Hub(Drivers):
         self.board.beat(self.index)
 
     def _pass(self, keys: set[int]) -> None:
+        """Every watcher, and every task stream the new events (`keys`) may concern, joins the
+        pass's line (once: one still waiting from the last pass writes whatever is due when
+        its turn comes); the line is written PASS_STREAMS_PER_TURN a turn, in order, so a
+        pass over tens of thousands of streams lets heartbeats and openings run between."""
         everyone = self.window.closing or self.window.session_closed_at
-        for count, served in enumerate(self.watchers, 1):
-            self._write(served)
-            if not count % tuning.PROGRESS_STREAMS:
-                self._progress()
+        line = self._line
+        for served in self.watchers:
+            if not served.passing:
+                served.passing = True
+                line.append(served)
         head = self.window.head
         for served in self.task_streams:
+            if served.passing:
+                continue
             # A parked task stream not queued had consumed every event before this pass: the
             # stream's filter says whether any of the new ones can be its (`Stream.pass_over`).
             if not everyone and served.waiting is PARK and not served.queued and served.stream.pass_over(keys, head):
                 continue
+            served.passing = True
+            line.append(served)
+        if self._pass_handle is None:  # else the line's next turn is due: these wait behind it
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        """The next PASS_STREAMS_PER_TURN of the pass's line; the rest on the next turn."""
+        self._pass_handle = None
+        line = self._line
+        for count in range(1, min(len(line), tuning.PASS_STREAMS_PER_TURN) + 1):
+            served = line.popleft()
+            served.passing = False
             self._write(served)
+            if not count % tuning.PROGRESS_STREAMS:
+                self._progress()
         self._count_batches()
+        if line:
+            self._progress()
+            self._pass_handle = self._loop.call_soon(self._pass_on)
 
     def _write(self, served: Served) -> int:
         """A parked stream's write in the pass, the catch-up queue or its heartbeat: 1 when it
