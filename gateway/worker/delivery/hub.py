@@ -119,7 +119,8 @@ class Hub(Drivers):
         """Every watcher, and every task stream the new events (`keys`) may concern, joins the
         pass's line (once: one still waiting from the last pass writes whatever is due when
         its turn comes); the line is written PASS_STREAMS_PER_TURN a turn, in order, so a
-        pass over tens of thousands of streams lets heartbeats and openings run between."""
+        pass over tens of thousands of streams lets heartbeats and openings run between. The
+        pump's coalescing (coalesce.py) times the first slice only, the one its sync runs."""
         everyone = self.window.closing or self.window.session_closed_at
         line = self._line
         for served in self.watchers:
