@@ -122,6 +122,7 @@ if os.environ.get("MEMPARTS_DIR"):
 '''
 # first match wins: the gateway's own adapter before hypercorn's package
 PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"), ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
+         ("gateway.worker.delivery.drivers", "gateway/worker/delivery/drivers.py"),
          ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
          ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"), ("gateway", "/gateway/"))
 STDLIB = re.compile(r"/python3\.\d+/(asyncio|[a-z_]+\.py)")

@@ -46,6 +46,7 @@ every pipe read by a timeout; the gateway (started here) is stopped by pid at th
 from __future__ import annotations
 
 import argparse
+import http.client
 import asyncio
 import multiprocessing
 import os
@@ -354,6 +355,9 @@ def storm(args, server_pid: int = 0) -> dict:
 # --- the storm of full replays, read by the C reader ---
 
 HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
+# Counters summed over their labels: writes per event is sends / events delivered.
+COUNTERS = {"sends": "murgw_sends_total", "delivered": "murgw_events_delivered_total",
+            "lost_to_lag": "murgw_events_lost_to_lag_total"}
 
 
 def scrape(metrics_port: int) -> dict:
@@ -362,7 +366,11 @@ def scrape(metrics_port: int) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     found: dict = {name: {} for name in HISTOGRAMS}
     found["restarts"] = 0.0
+    found.update(dict.fromkeys(COUNTERS, 0.0))
     for line in text.splitlines():
+        for name, series in COUNTERS.items():
+            if line.startswith(series):
+                found[name] += float(line.rsplit(" ", 1)[1])
         for name, series in HISTOGRAMS.items():
             if line.startswith(series):
                 bound = line.split('le="', 1)[1].split('"', 1)[0]
@@ -392,20 +400,57 @@ def fill_ring(url: str, frames: int) -> None:
     urllib.request.urlopen(request, timeout=30).read()
 
 
-def csse_storm(args, metrics_port: int) -> dict:
+def workers_of(supervisor_pid: int) -> list[int]:
+    """The gateway's worker processes (their title: `murgw: worker N ...`)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                title = fh.read()
+        except OSError:
+            continue
+        if ppid == supervisor_pid and b"worker" in title:
+            found.append(int(name))
+    return sorted(found)
+
+
+def profile(args, supervisor_pid: int) -> subprocess.Popen | None:
+    """With --profile PATH: py-spy records the first worker from the storm's start for
+    --profile-seconds at 100 Hz, as raw collapsed stacks (summarized by loadtest/spy_summary.py)."""
+    if not args.profile:
+        return None
+    pids = workers_of(supervisor_pid)
+    if not pids:
+        return None
+    spy = os.path.join(os.path.dirname(bench.PYTHON), "py-spy")
+    return subprocess.Popen([spy, "record", "-p", str(pids[0]), "-r", "100", "-d", str(args.profile_seconds),
+                             "-f", "raw", "-o", args.profile, "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
     fill_ring(args.url, args.burst)
     time.sleep(args.settle)
     before = scrape(metrics_port)
+    replay_from = [] if args.last_event_id == "none" else ["--last-event-id", args.last_event_id]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", "--last-event-id", "0",
+        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", *replay_from,
+                            "--connect-concurrency", str(args.connect_concurrency),
                             "--track-ids", "--track-from-open", "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
                             "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
                             "--out", out, args.url], args.client_cpus)
         started = time.monotonic()
+        spy = profile(args, supervisor_pid)
         subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
         wall = time.monotonic() - started
+        if spy is not None:
+            spy.wait(timeout=args.profile_seconds + 60)
         with open(out, "rb") as fh:
             reader = orjson.loads(fh.read())
     after = scrape(metrics_port)
@@ -428,6 +473,30 @@ def csse_storm(args, metrics_port: int) -> dict:
             "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
             "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
             "worker_restarts": int(after["restarts"] - before["restarts"]),
+            "events_lost_to_lag": int(after["lost_to_lag"] - before["lost_to_lag"]),
+            "writes_per_event": round((after["sends"] - before["sends"]) / max(1.0, after["delivered"] - before["delivered"]), 4),
+            "reader": {key: reader.get(key) for key in keys}}
+
+
+def csse_nchan_storm(args) -> dict:
+    """The C reader against nginx+nchan as the issue's anchor: its subscribers replay the
+    channel's buffer (`/replay`, `nchan_subscriber_first_message oldest`), prefilled with 512
+    messages of --size bytes, while --rate more are published a second. How long its ramp
+    takes, and what each subscriber got (nchan's messages carry no murmur id: counts, not id
+    checks)."""
+    with bench.Nchan(args, args.rate, args.workers, prefill=512) as nchan, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "csse.json")
+        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
+                            "--connect-concurrency", str(args.connect_concurrency), "--idle-exit", "2",
+                            "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
+                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
+                            "--out", out, nchan.url.replace("/sub", "/replay")], args.client_cpus)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
+        with open(out, "rb") as fh:
+            reader = orjson.loads(fh.read())
+    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
+            "per_conn_events_min", "per_conn_events_max", "stop_reasons", "errors", "client_cpu_total_s")
+    return {"scenario": "nchan-replaying-storm", "watchers": args.watchers, "rate": args.rate,
             "reader": {key: reader.get(key) for key in keys}}
 
 
@@ -470,6 +539,14 @@ def parse_args(argv=None):
     p.add_argument("--settle", type=float, default=3.0, help="with --csse: seconds for the burst to finish")
     p.add_argument("--server-cpus", help="taskset -c list for the gateway (started here)")
     p.add_argument("--client-cpus", help="taskset -c list for the C reader")
+    p.add_argument("--connect-concurrency", type=int, default=200,
+                   help="with --csse: connects in flight per client process (csse's own default 200)")
+    p.add_argument("--last-event-id", default="0",
+                   help="with --csse: the header each watcher sends; 'none': no header (a watcher replays from 0)")
+    p.add_argument("--server", choices=("gateway", "nchan"), default="gateway",
+                   help="with --csse: nchan replaying its prefilled 512-message buffer instead (csse_nchan_storm)")
+    p.add_argument("--profile", help="with --csse: py-spy's raw stacks of the first worker, written here")
+    p.add_argument("--profile-seconds", type=int, default=30)
     p.add_argument("--source-addrs", type=int, default=1,
                    help="with --csse: spread the streams over 127.0.0.1..K (one address has ~28,000 ports)")
     p.add_argument("--peer", choices=("nchan",), action="append", default=[],
@@ -503,7 +580,9 @@ def main(argv=None) -> int:
     try:
         with monitor.Monitor("storm", quiet=args.quiet, plain_every=args.progress_every) as watching:
             watching.phase("starting", target=args.watchers)
-            if args.url:
+            if args.server == "nchan":
+                report = csse_nchan_storm(args)
+            elif args.url:
                 with watching.following("gateway storm", pid=args.server_pid, counts=args.counts):
                     report = storm(args, args.server_pid)
             else:
@@ -513,7 +592,7 @@ def main(argv=None) -> int:
                     args.url = gateway.url
                     if args.csse:
                         watching.phase("replaying", args.connect_timeout + args.live_timeout)
-                        report = csse_storm(args, gateway.metrics_port)
+                        report = csse_storm(args, gateway.metrics_port, gateway.proc.pid)
                     else:
                         report = storm(args, gateway.proc.pid)
             peers = {name: nchan_storm(args, watching, os.path.join(tmp, f"counts-{name}")) for name in args.peer}
@@ -527,6 +606,8 @@ def main(argv=None) -> int:
     if peers:
         figures = monitor.side_by_side({"gateway": {k: v for k, v in report.items() if k != "peers"}, **peers})
     monitor.finish(watching, args, "loadtest.storm", argv, started, report, figures, storm=True)
+    if args.server == "nchan":
+        return 0
     if args.csse:
         reader = report["reader"]
         return 0 if report["every_watcher_replayed"] and not reader["ids_nonascending"] else 1

@@ -14,10 +14,11 @@ from collections import Counter
 import orjson
 import pytest
 
-from gateway import board, records
+from gateway import board, records, tuning
 from gateway.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
+from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.worker.delivery.hub import Hub, Served
 from gateway.worker.delivery.stream import Stream, TaskView
@@ -202,8 +203,8 @@ def test_wake_ups_during_a_burst_under_uvloop_share_one_pass(ring):
         sink, stream = FakeSink(), watcher()
         await bench.open(stream, sink)
         bench.frames(40)  # more waiting than COALESCE_MAX_EVENTS: the pass is due at once
-        bench.hub._on_wake()
-        bench.hub._on_wake()
+        bench.hub.pump._on_wake()
+        bench.hub.pump._on_wake()
         for _ in range(10):
             await asyncio.sleep(0)
         assert sink.ids() == list(range(1, 41))
@@ -228,6 +229,24 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
         assert bench.counters.adds("events_delivered") == [(12, WATCH_SESSION)]
         assert [c for c in bench.counters.calls if c[:2] == ("observe", "reader_lag_events")] == [
             ("observe", "reader_lag_events", 4, WATCH_SESSION, 3)]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_pass_writes_a_bounded_number_of_streams_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
+    monkeypatch.setattr(tuning, "PASS_STREAMS_PER_TURN", 2)
+
+    async def scenario(bench: Bench):
+        sinks = [FakeSink() for _ in range(5)]
+        for sink in sinks:
+            await bench.open(watcher(), sink)
+        bench.frames(1)
+        bench.hub.sync()
+        assert sorted(len(sink.writes) for sink in sinks) == [0, 0, 0, 1, 1]  # this turn's two
+        bench.frames(1)
+        bench.hub.sync()  # a second pass while the first is not done: its streams wait behind
+        await until(lambda: all(sink.ids() == [1, 2] for sink in sinks))
+        assert not bench.hub._line
         bench.hub.close_all()
     run(ring, scenario)
 
@@ -423,6 +442,15 @@ async def blocked_mid_replay(bench: Bench) -> tuple[Served, FakeSink]:
     return stream, sink
 
 
+async def queued_full_replay(bench: Bench) -> tuple[Served, FakeSink]:
+    """A full ring's replay just opened: its first piece waits for the catch-up run."""
+    bench.frames(512, text=PAD)
+    sink = FakeSink()
+    stream = await open_replaying(bench, sink)
+    assert stream.queued and sink.writes == []
+    return stream, sink
+
+
 async def until(predicate, turns: int = 10_000) -> None:
     for _ in range(turns):  # bounded: loop turns, not seconds
         if predicate():
@@ -464,30 +492,50 @@ def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
     run(ring, scenario)
 
 
-def test_replay_events_evicted_before_they_were_sent_are_named_by_a_lagged_frame(ring):
+def test_a_replay_the_ring_overwrote_while_its_reader_was_blocked_is_written_whole(ring):
     async def scenario(bench: Bench):
         _, sink = await blocked_mid_replay(bench)
-        sent = sink.ids()[-1]
-        bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300: some were never sent
+        bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300 in the ring and the window
         bench.hub.sync()
         sink.block = False
         sink.released_drain.set()
         await until(lambda: sink.ids() and sink.ids()[-1] == 812)
-        numbered = [i for i in sink.ids() if i is not None]
         lagged = [item.frame["missed"] for event_id, item in sink.items() if event_id is None]
-        assert lagged[0] == 300 - sent  # the replay's evicted events, named before the next one
-        assert numbered == sorted(set(numbered))  # none twice, in order
-        assert len(numbered) + sum(lagged) == 812  # each delivered or named lost
+        # the replay whole, then the live events past the queue of 128 named, then the newest 128
+        assert sink.ids() == [*range(1, 513), None, *range(813 - LAG_LIMIT, 813)]
+        assert lagged == [300 - LAG_LIMIT]
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_an_opening_copies_what_the_window_lacks_and_writes_no_other_stream(ring):
+    async def scenario(bench: Bench):
+        sink, other = FakeSink(), watcher()
+        await bench.open(other, sink)
+        bench.frames(3)  # written, the worker not yet woken
+        since = bench.hub.reading_point()  # an opening reads its point now
+        assert since == 3 and bench.hub.window.entry(3) is not None
+        assert sink.writes == []  # no pass ran for it: the other stream waits for the pass
+        await until(lambda: sink.ids() == [1, 2, 3])  # which the copy scheduled, on a later turn
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_live_events_for_a_replaying_watcher_wait_behind_its_replay(ring):
+    async def scenario(bench: Bench):
+        stream, sink = await queued_full_replay(bench)
+        bench.frames(5, text=PAD)  # live: the ring and the window overwrite ids 1..5
+        bench.hub.sync()  # the pass
+        assert sink.writes == []  # wrote nothing of it: no replay restarted, no live event first
+        await until(lambda: not stream.stream.behind(bench.hub.window))
+        assert sink.ids() == list(range(1, 518))  # the whole replay, then the live ones
         bench.hub.close_all()
     run(ring, scenario)
 
 
 def test_a_queued_replays_heartbeat_does_not_wait_for_its_turn(ring):
     async def scenario(bench: Bench):
-        bench.frames(512, text=PAD)
-        sink = FakeSink()
-        stream = await open_replaying(bench, sink)
-        assert stream.queued and sink.writes == []  # its first piece waits for the catch-up run
+        stream, sink = await queued_full_replay(bench)
         bench.hub.heartbeats._on_due(stream, 0.0)  # what the heap does when it comes due
         assert sink.writes == [sse.HEARTBEAT]
         await until(lambda: not stream.stream.behind(bench.hub.window))

@@ -263,20 +263,50 @@ def test_the_lag_rule_holds_for_live_events_after_the_replay_not_inside_it():
     assert [item.frame for event_id, item in rest if event_id is None] == [{"frame": "lagged", "missed": skipped}]
 
 
-def test_events_that_leave_the_window_mid_replay_are_named_by_a_lagged_frame():
+def replay_then_live(live: int) -> tuple[Stream, list[int], list[tuple[int | None, object]]]:
+    """A watcher replaying a full window from 0 writes its first piece, then `live` events
+    arrive (overwriting that many of the replay's in the window) before it writes the rest:
+    (the stream, the first piece's ids, every item after it)."""
     window, stream = Window(512), watcher()
     fill(window, *big_frames(512))
     stream.start_replay(window, 0)
     first = [event_id for event_id, _ in parse(body_of(stream, window))]
-    fill(window, *big_frames(300))  # ids 513..812 overwrite 1..300 before the reader got them
-    rest = [item for body in gather_all(stream, window) for item in parse(body)]
+    assert 0 < len(first) < 512
+    fill(window, *big_frames(live))
+    return stream, first, [item for body in gather_all(stream, window) for item in parse(body)]
+
+
+def test_a_replay_is_whole_and_exactly_128_live_events_after_the_opening_are_none_lost():
+    stream, first, rest = replay_then_live(LAG_LIMIT)
+    assert first + [event_id for event_id, _ in rest] == list(range(1, 512 + LAG_LIMIT + 1))
+    assert stream.replay is None  # written whole: its view of the buffer is let go
+
+
+def test_the_129th_live_event_loses_the_oldest_live_one_never_a_replayed_one():
+    stream, first, rest = replay_then_live(LAG_LIMIT + 1)
     ids = first + [event_id for event_id, _ in rest]
-    lagged = [item.frame["missed"] for event_id, item in rest if event_id is None]
-    assert lagged == [300 - first[-1], 812 - LAG_LIMIT - 512]  # evicted replay events, then live lag
-    numbered = [i for i in ids if i is not None]
-    assert numbered == sorted(set(numbered))  # ascending, none twice
-    assert len(numbered) + sum(lagged) == 812  # every event delivered or named lost
-    assert numbered[-1] == 812 and stream.cursor == 812
+    assert ids == [*range(1, 513), None, *range(514, 513 + LAG_LIMIT + 1)]
+    assert [item.frame for event_id, item in rest if event_id is None] == [{"frame": "lagged", "missed": 1}]
+
+
+def test_a_replay_the_ring_overwrote_entirely_is_still_written_whole_then_the_newest_128():
+    _, first, rest = replay_then_live(1000)  # ids 513..1512: the whole replay left the window
+    ids = first + [event_id for event_id, _ in rest]
+    assert ids == [*range(1, 513), None, *range(1512 - LAG_LIMIT + 1, 1513)]
+    assert [item.frame["missed"] for event_id, item in rest if event_id is None] == [1000 - LAG_LIMIT]
+
+
+def test_a_session_that_restarts_mid_replay_ends_the_stream_with_nothing_more_of_either():
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    first = parse(body_of(stream, window))
+    window.clear()  # the pump's new session
+    stream.new_session()
+    fill(window, *big_frames(600))  # the new session's ids, past the old cursor
+    body, happened, _ = gather(stream, window)
+    assert [item.frame for _, item in parse(body)] == [{"frame": "capsule-closed"}]
+    assert happened is END and stream.ended and len(first) < 512
 
 
 def test_a_task_stream_replays_in_pieces_and_skips_other_tasks():
@@ -287,19 +317,6 @@ def test_a_task_stream_replays_in_pieces_and_skips_other_tasks():
     bodies = gather_all(stream, window)
     ids = [event_id for body in bodies for event_id, _ in parse(body)]
     assert len(bodies) > 1 and ids == [i + 1 for i in range(400) if i % 4]
-
-
-def test_a_replay_the_ring_overwrote_entirely_counts_each_lost_event_once():
-    window, stream = Window(512), watcher()
-    fill(window, *big_frames(512))
-    stream.start_replay(window, 0)
-    first = [event_id for event_id, _ in parse(body_of(stream, window))]
-    fill(window, *big_frames(1000))  # ids 513..1512: the whole replay and more left the window
-    rest = [item for body in gather_all(stream, window) for item in parse(body)]
-    numbered = first + [event_id for event_id, _ in rest if event_id is not None]
-    lagged = [item.frame["missed"] for event_id, item in rest if event_id is None]
-    assert numbered == list(range(1, first[-1] + 1)) + list(range(1512 - LAG_LIMIT + 1, 1513))
-    assert len(numbered) + sum(lagged) == 1512
 
 
 # --- the state table ---

@@ -26,6 +26,7 @@ NOT_ALLOWED_TOOL = "no-such-tool"
 # limit with all its readers, so a test that needs a reader to lose nothing on a busy machine
 # asks for a longer pause.
 BURST_CHUNK = 50
+BURST_MAX_SIZE = 16 * 1024  # a burst frame's text, padded (`size`): big events fill a reader's buffers sooner
 BURST_PAUSE = 0.001
 
 
@@ -66,7 +67,8 @@ OPTIONS: dict[str, dict[str, tuple[Parser, object]]] = {
     "timeout": {"prompt": (_text, "Which file?"), "hooks": (_SECONDS, 0.0)},
     "slow": {"turns": (whole_number(1, 1000), 5), "delay": (_SECONDS, 1.0)},
     "reopen": {"hook": (_text, "review-gate")},
-    "burst": {"n": (whole_number(0, 1_000_000), 1000), "pause": (_SECONDS, BURST_PAUSE)},
+    "burst": {"n": (whole_number(0, 1_000_000), 1000), "pause": (_SECONDS, BURST_PAUSE),
+              "size": (whole_number(0, BURST_MAX_SIZE), 0)},
     "tools": {"n": (whole_number(1, 1000), 3)},
     "quiet": {"seconds": (_SECONDS, 5.0)},
 }
@@ -188,10 +190,10 @@ async def reopen_script(a: Attempt, options: dict) -> None:
 
 
 async def burst_script(a: Attempt, options: dict) -> None:
-    n = options["n"]
+    n, size = options["n"], options["size"]
     a.start_turn()
     for i in range(n):
-        a.chunk(f"burst {i + 1} ")
+        a.chunk(f"burst {i + 1} ".ljust(size, "x"))
         if i % BURST_CHUNK == BURST_CHUNK - 1:
             await asyncio.sleep(options["pause"])
     await a.end_of_text()

@@ -37,7 +37,7 @@ def sink_for(send: Send, receive: Receive):
 
 
 class AsgiSink:
-    writes_at_once = False  # its bodies are ASGI sends: the hub drives it from a coroutine (hub.py)
+    writes_at_once = False  # its bodies are ASGI sends: the hub drives it from a coroutine (drivers.py)
 
     __slots__ = ("_send", "_receive", "_watching", "_listener", "_pending", "_sending", "_cut", "left")
 

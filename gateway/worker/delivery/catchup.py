@@ -2,7 +2,7 @@
 
 A stream whose last write left it behind (its replay, or a catch-up longer than one piece,
 window.PIECE_BYTES) and whose transport is still under its high-water mark waits here for its
-next piece; one that is over the mark drains first (its driver waits: hub.py), then
+next piece; one that is over the mark drains first (its driver waits: drivers.py), then
 queues again. Each run writes one piece for each stream queued when it began, round-robin,
 until TURN_BUDGET_SECONDS of the thread's CPU time is spent (CPU, not wall time: a worker
 preempted on a shared core would otherwise write a few pieces a turn), then gives the loop

@@ -19,7 +19,7 @@ from typing import Protocol
 
 class Listener(Protocol):
     def poke(self) -> None:
-        """Something changed for the stream: its driver looks again (hub.Served.poke)."""
+        """Something changed for the stream: its driver looks again (drivers.Served.poke)."""
 
 
 class Sink(Protocol):

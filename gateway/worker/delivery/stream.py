@@ -3,7 +3,7 @@
 Everything that moves a stream lives in this file: its states, what moves it between them
 (`TRANSITIONS`), which events it takes (`accepts`, `pass_over`), the lag rule's application,
 its replay and how it ends. The hub (hub.py) drives it and owns all its I/O: the sink, the
-driver's wait, the place in the catch-up queue, the heartbeat due (`hub.Served`). The
+driver's wait, the place in the catch-up queue, the heartbeat due (`drivers.Served`). The
 stream never reads a clock, a socket or a counter: each step takes what it needs as
 arguments and returns what happened, and the hub applies that with `move`.
 
@@ -36,23 +36,20 @@ A stream owns an integer cursor into the worker's window (window.py). When the h
 (`gather`), it takes every pending event its filter accepts, a due heartbeat and the
 session's end, and answers them as one body. A task stream ends after its task's terminal
 status, and a SendStreamingMessage stream also after a live input-required one (`ends`).
-It applies the lag rule of protocol/lag.py to live events:
+It applies the rule of protocol/lag.py, stated there once in the spec's words: its replay
+is the buffer as it was when the request was read, written whole (`start_replay` holds the
+window's view of it, window.Replay, until the last replayed event is written), then its live
+events, of which it loses only the oldest beyond the queue of 128, named by one `lagged`
+frame on an activated connection before the next event it receives. A client that stops
+reading fills its transport buffer past the high-water mark: its sink reports itself
+blocked, the hub stops writing to it until it drains, its cursor stays behind, so it lags
+rather than being buffered without bound.
 
-    A connection more than 128 events behind the ring head skips to head - 128 and, when
-    activated, writes one `lagged` frame naming the events it skipped (other tasks' too)
-    before the next event it receives. It stays open, and the worker logs
-    "SSE broadcast lagged by <n> events". A client that stops reading fills its transport
-    buffer past the high-water mark: its sink reports itself blocked, the hub stops writing
-    to it until it drains, its cursor stays behind, so it lags rather than being buffered
-    without bound.
-
-The replay is the window's events after Last-Event-ID up to the head when the request was
-read (`replay_end`), walked from the same cursor as live events, a piece at a time (at most
-window.PIECE_BYTES a write): the opening holds only the head frames (ack or task, gap), never
-a copy of the buffer. The lag rule does not apply inside the replay, only to live events
-after `replay_end`. An event the window no longer holds when the stream reaches it (the ring
-overwrote it while the reader was slow) is lost like a live one: counted and named by a
-`lagged` frame before the next event it receives. Each event is written once, in order.
+The replay is walked from the same cursor as live events, a piece at a time (at most
+window.PIECE_BYTES a write): the opening holds only the head frames (ack or task, gap), and
+the replay's view holds references, never a copy of the buffer. Each event is written once,
+in order. A hole in the window (a record the ring overwrote before the pump copied it) is
+lost like a live event: counted and named by a `lagged` frame before the next event.
 
 A task stream that lost events may have lost its ending: from the first loss on, each
 heartbeat it writes answers CHECK, the hub looks its task up, and `ending_from` answers the
@@ -68,7 +65,7 @@ import orjson
 from gateway import records
 from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
-from gateway.worker.delivery.window import PIECE_BYTES, Entry, Window
+from gateway.worker.delivery.window import PIECE_BYTES, Entry, Replay, Window
 
 
 class State(enum.Enum):
@@ -143,7 +140,7 @@ Delivery = tuple[bytes, "Happened | None", "Noted | None"]
 class Stream:
     # Every open stream holds one of these for as long as it is open: slots, and only what
     # it reads (the request id lives inside `prefix`, activation is `not plain`).
-    __slots__ = ("endpoint", "prefix", "task", "plain", "state", "cursor", "replay_end", "opening",
+    __slots__ = ("endpoint", "prefix", "task", "plain", "state", "cursor", "replay_end", "replay", "opening",
                  "lost", "last_state", "pending_missed", "session_changed", "events_sent")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
@@ -155,6 +152,7 @@ class Stream:
         self.state = OPENING
         self.cursor = cursor  # the id of the last event it consumed (taken, skipped or lost)
         self.replay_end = 0  # the head when the request was read: ids up to it are the replay
+        self.replay: Replay | None = None  # the entries it still owes of its replay (`start_replay`)
         self.opening = b""  # written first (ack or task, gap): set by the opening, taken once
         self.lost = False  # a task stream lost an event: each heartbeat checks its task
         self.last_state = task.opening_state if task else None
@@ -231,9 +229,12 @@ class Stream:
 
     def start_replay(self, window: Window, after: int) -> None:
         """Replay the buffered events with id > after (this stream's filter), up to the head
-        now; the pieces are written from the window as the hub gets to them (`gather`)."""
+        now; the pieces are written from the window's view of them (held here until the last
+        is written, whatever the ring does meanwhile) as the hub gets to them (`gather`)."""
         self.replay_end = window.head
         self.cursor = min(max(after, window.oldest - 1), window.head)
+        if self.cursor < self.replay_end:
+            self.replay = window.replay_view()
 
     @property
     def replaying(self) -> bool:
@@ -255,14 +256,17 @@ class Stream:
         parts: list[bytes] = []
         noted: Noted | None = None
         ended = False
-        # A replay whose pending events all left the window writes nothing of it: the live
-        # events after it are then this write's piece (at most two walks: replay, live).
-        while events_too and not parts and not ended and self.behind(window):
+        # A task stream's replay piece may hold none of its task's events: the live events
+        # after it are then this write's piece (at most two walks: replay, live). A new
+        # session writes nothing more of the old one.
+        while events_too and not parts and not ended and not self.session_changed and self.behind(window):
             if self._take_batch(window, parts):
                 break
             if noted is None:
                 noted = Noted()
             ended = self._walk(window, parts, noted)
+        if self.replay is not None and self.cursor >= self.replay_end:
+            self.replay = None  # written whole: its entries are let go
         happened = END if ended else None
         if beat_due is not None:
             if noted is None:
@@ -286,7 +290,8 @@ class Stream:
         replaying = cursor < replay_end
         if self.task is not None or self.pending_missed or not (replaying or head - cursor <= LAG_LIMIT):
             return False
-        batch = window.take_batch(cursor, replay_end if replaying else head, self.prefix, self.plain)
+        batch = (window.take_batch(cursor, replay_end, self.prefix, self.plain, self.replay) if replaying
+                 else window.take_batch(cursor, head, self.prefix, self.plain))
         if batch is None:
             return False
         parts.append(batch.body)
@@ -301,15 +306,17 @@ class Stream:
         replaying = cursor < replay_end
         end = replay_end if replaying else head  # a piece never runs from the replay into live
         noted.lag = head - cursor
-        missed = 0
-        if not replaying:  # the lag rule: live events only
+        if replaying:  # its view holds every event it owes: the lag rule is for live events
+            source, first, missed = self.replay, cursor + 1, 0
+        else:
+            source = window
             cursor, missed = skip_lag(cursor, head)
-        first = min(max(cursor + 1, head - window.slots + 1), end + 1)  # older ids have left the window
-        missed += first - cursor - 1
+            first = min(max(cursor + 1, head - window.slots + 1), end + 1)  # older ids have left the window
+            missed += first - cursor - 1
         delivered = size = 0
         ended = False
         for event_id in range(first, end + 1):
-            entry = window.entry(event_id)
+            entry = source.entry(event_id)
             if entry is None:  # the pump lost it, or the ring overwrote it mid-copy
                 missed += 1
                 continue

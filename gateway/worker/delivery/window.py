@@ -7,6 +7,13 @@ buffer. Each `Entry` caches its SSE event joined with a few JSON-RPC request pre
 after one cursor joined for one prefix: watchers in step share one join per pass, so a
 watcher's share of a pass is one write.
 
+A replay reads a `Replay`, not the window: the window's entries up to the head when the request
+was read, held by reference for as long as the stream still owes any of them (protocol/lag.py
+states the rule). Every stream that opens between two copies shares one (`replay_view`): a
+tuple of at most 512 references, the entries themselves shared with the window, and freed
+when the last stream reading it has written its replay. The window then never needs more
+than the ring's slots: live events never outrun the lag limit's 128 inside it.
+
 No write is larger than a piece (PIECE_BYTES, or one event where a single event is larger):
 a batch stops at the first event that takes it past the bound, and the stream's cursor stops
 there too (`Batch.last`). A replay of the whole buffer is then a few pieces, each written
@@ -55,6 +62,20 @@ class Batch:
         self.body, self.events, self.lag, self.last, self.takers = body, events, lag, last, 0
 
 
+class Replay:
+    """The window's entries up to one head, as a replay opened at that head reads them."""
+
+    __slots__ = ("head", "first", "entries")
+
+    def __init__(self, head: int, first: int, entries: tuple[Entry | None, ...]):
+        self.head, self.first, self.entries = head, first, entries
+
+    def entry(self, event_id: int) -> Entry | None:
+        index = event_id - self.first
+        entry = self.entries[index] if 0 <= index < len(self.entries) else None
+        return entry if entry is not None and entry.id == event_id else None
+
+
 class Window:
     """Ring events by id, the head and oldest ids, and what the session's control words said
     at the last copy (`session_closed_at`, `closing`)."""
@@ -68,37 +89,53 @@ class Window:
         self.closing = False  # the gateway drains: every stream ends now
         self.batches: dict[tuple[int, int, bytes, bool], Batch | None] = {}
         self.uncounted: list[Batch] = []  # batches past MAX_BATCHES: taken once, counted by the hub
+        self._replay: Replay | None = None  # the view the openings since the last copy share
 
     def clear(self) -> None:
         """A new session: nothing of the old one is kept."""
         self.entries = [None] * self.slots
         self.head = self.oldest = 0
         self.batches.clear()
+        self._replay = None
 
     def put(self, event_id: int, key: int, meta: int, data: bytes) -> Entry:
         entry = self.entries[event_id % self.slots] = Entry(event_id, key, meta, data)
+        self._replay = None
         return entry
 
     def drop(self, event_id: int) -> None:
         """The ring overwrote the record before it was copied: a hole every stream crossing it
         accounts for."""
         self.entries[event_id % self.slots] = None
+        self._replay = None
 
     def entry(self, event_id: int) -> Entry | None:
         entry = self.entries[event_id % self.slots]
         return entry if entry is not None and entry.id == event_id else None
 
-    def take_batch(self, cursor: int, end: int, prefix: bytes, plain: bool) -> Batch | None:
+    def replay_view(self) -> Replay:
+        """The entries up to the head now, for a replay opened now: one tuple shared by every
+        opening until the next copy moves the head."""
+        view = self._replay
+        if view is None or view.head != self.head:
+            head, slots = self.head, self.slots
+            split = (head + 1) % slots  # entries are held at id % slots: rotate to id order
+            view = self._replay = Replay(head, head - slots + 1, (*self.entries[split:], *self.entries[:split]))
+        return view
+
+    def take_batch(self, cursor: int, end: int, prefix: bytes, plain: bool,
+                   source: Replay | None = None) -> Batch | None:
         """The events after `cursor` up to `end` (the head, or where a replay ends), at most
-        a piece, joined for a stream whose JSON-RPC prefix is `prefix`, counted as taken once;
-        None when one is missing from the window (the stream then walks it event by event and
-        accounts for the hole). Cached until the head moves, so a thousand watchers in step
-        share one join."""
+        a piece, read from `source` (a replay's view) or the window, joined for a stream whose
+        JSON-RPC prefix is `prefix`, counted as taken once; None when one is missing (the
+        stream then walks them event by event and accounts for the hole). Cached until the
+        head moves, so a thousand watchers in step share one join; ids are unique in a
+        session, so a replay's view and the window answer the same bytes for the same key."""
         key = (cursor, end, prefix, plain)
         try:
             found = self.batches[key]
         except KeyError:
-            found = self._join(cursor, end, prefix, plain)
+            found = self._join(cursor, end, prefix, plain, source or self)
             if len(self.batches) < MAX_BATCHES:
                 self.batches[key] = found
             elif found is not None:
@@ -107,10 +144,10 @@ class Window:
             found.takers += 1
         return found
 
-    def _join(self, cursor: int, end: int, prefix: bytes, plain: bool) -> Batch | None:
+    def _join(self, cursor: int, end: int, prefix: bytes, plain: bool, source: Replay | Window) -> Batch | None:
         wires, size, last = [], 0, cursor
         for last in range(cursor + 1, end + 1):
-            entry = self.entry(last)
+            entry = source.entry(last)
             if entry is None:
                 return None
             wire = entry.wire(prefix, plain)

@@ -115,7 +115,7 @@ class Admission:
     def stream_over(self, served: Served, reason: str | None) -> None:
         """A stream's request is over (the hub's `on_end`; `reason` None: it failed under it):
         its places are given back and its line written. Its request's frames may have
-        returned long before (an adopted stream has none: hub.py)."""
+        returned long before (an adopted stream has none: drivers.py)."""
         exchange, served.exchange = served.exchange, None
         self.rpc.openings.close(served)
         self.open -= 1

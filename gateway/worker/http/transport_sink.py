@@ -6,7 +6,7 @@ each body as one chunk in one `transport.write` (the first with the response hea
 one segment, one system call), and is blocked past the transport's high-water mark, so a
 reader that stops reading falls behind and lags instead of being buffered without bound. It
 writes, drains and ends at once (`writes_at_once`): the hub drives its stream with no
-coroutine (hub.py, `adopt`), and it pokes the stream's record when it drained or its client
+coroutine (drivers.py, `adopt`), and it pokes the stream's record when it drained or its client
 left.
 """
 
