@@ -46,7 +46,6 @@ every pipe read by a timeout; the gateway (started here) is stopped by pid at th
 from __future__ import annotations
 
 import argparse
-import http.client
 import asyncio
 import multiprocessing
 import os
