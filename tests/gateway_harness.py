@@ -32,6 +32,9 @@ from http_client import Http
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The C load reader's build script, beside the checkout where the developers' tooling is (build
+# tooling only: the load kit's tests build it into a temporary folder, or skip without it).
+CSSE_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "csse", "build.sh")
 START_TIMEOUT = 30.0
 HEARTBEAT = 0.3
 

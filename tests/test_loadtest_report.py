@@ -26,9 +26,8 @@ import types
 import orjson
 import pytest
 
-from gateway_harness import ROOT, GatewayOptions, require_tool
+from gateway_harness import CSSE_BUILD, ROOT, GatewayOptions, require_tool
 from loadtest import bench
-from test_loadtest_smoke import CSSE_BUILD
 
 RUN_TIMEOUT = 240
 HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(bench.NCHAN_MODULE)

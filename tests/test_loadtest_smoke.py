@@ -16,10 +16,9 @@ import orjson
 import pytest
 
 from loadtest.csse_client import newest_id
-from gateway_harness import GatewayOptions, ROOT, wait_for
+from gateway_harness import CSSE_BUILD, GatewayOptions, ROOT, wait_for
 
 RUN_TIMEOUT = 120
-CSSE_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "csse", "build.sh")  # build tooling only
 
 
 @pytest.fixture(scope="module")
