@@ -165,3 +165,15 @@ def test_the_eager_openings_need_no_current_task(gateway):
     assert sent.startswith(b"HTTP/1.1 200 OK\r\n") and got.startswith(b"HTTP/1.1 200 OK\r\n")
     assert data.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
     assert not [r for r in gateway.logs() if r.get("event") == "an HTTP/1.1 request's app failed"]
+
+
+def test_a_pipelined_post_with_a_big_body_is_answered(gateway):
+    """More than one head's worth of pipelined bytes pauses reading; the next request's body
+    taking them out of the buffer must resume it, or the body never finishes (408)."""
+    big = post("SendMessage", user_message("x" * 200_000))
+    with connect(gateway.port) as sock:
+        sock.sendall(HEALTHZ + big)
+        healthz, rest = read_answer(sock)
+        sent, _ = read_answer(sock, rest)
+    assert healthz.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert sent.startswith(b"HTTP/1.1 200 OK\r\n") and b'"task"' in sent, sent[:200]

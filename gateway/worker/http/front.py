@@ -200,8 +200,6 @@ class Front(TransportSink):
         except Refused as refusal:
             return self._refuse(refusal.status, refusal.detail)
         self._cancel_timer()
-        if len(buffer) <= self.settings.incomplete_cap:
-            self._resume(PIPELINED)
         self.requests += 1
         websocket = request.websocket
         # kept after its answer unless it says otherwise, or is a WebSocket handshake (refused)
@@ -214,6 +212,8 @@ class Front(TransportSink):
         self._read_body()
         if self.state is CLOSED:
             return  # its body was refused
+        if len(buffer) <= self.settings.incomplete_cap:  # measured once its body's bytes are taken
+            self._resume(PIPELINED)
         scope = scope_of(request, self.transport, self.scheme, websocket)
         whole = cycle.body_done and request.method == b"POST" and request.url == b"/"
         if whole:  # the app takes it from the scope, with no receive and no body timer
