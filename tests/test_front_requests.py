@@ -177,3 +177,17 @@ def test_a_pipelined_post_with_a_big_body_is_answered(gateway):
         sent, _ = read_answer(sock, rest)
     assert healthz.startswith(b"HTTP/1.1 200 OK\r\n")
     assert sent.startswith(b"HTTP/1.1 200 OK\r\n") and b'"task"' in sent, sent[:200]
+
+
+@pytest.mark.parametrize("codings", [b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                                     b"Transfer-Encoding: chunked, chunked\r\n",
+                                     b"Transfer-Encoding: chunked\r\nTransfer-Encoding: \r\n"],
+                         ids=["two_lines", "one_line", "and_empty"])
+def test_anything_but_exactly_one_chunked_coding_is_501(gateway, codings):
+    """h11 refuses a body chunked twice as 501, as any other coding: where it ends is unclear."""
+    request = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + codings
+               + b"\r\n0\r\n\r\n")
+    with connect(gateway.port) as sock:
+        sock.sendall(request + HEALTHZ)
+        data = read_to_close(sock)
+    assert data.startswith(b"HTTP/1.1 501 Not Implemented\r\n") and data.count(b"HTTP/1.1 ") == 1, data
