@@ -10,7 +10,7 @@ import time
 import orjson
 import pytest
 
-from gateway_harness import GatewayOptions
+from gateway_harness import GatewayOptions, running_gateway, token_table
 from http_client import rpc_body, user_message
 from raw_http import RAW_READ_TIMEOUT, dechunk, post, read_answer, read_to_close, read_until
 
@@ -104,6 +104,38 @@ def test_expect_100_continue(gateway):
         sock.sendall(body)
         answer, _ = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32001" in answer
+
+
+def expecting(request: bytes, headers: bytes = b"") -> bytes:
+    """`request`'s head, asking `Expect: 100-continue`, without its body."""
+    head = request.partition(b"\r\n\r\n")[0]
+    return head + b"\r\nExpect: 100-continue\r\n" + headers + b"\r\n"
+
+
+def test_a_body_the_door_refuses_by_its_length_gets_no_100_continue(gateway):
+    """The 413 of a declared length comes before the client is invited to send (h11's manner:
+    `100 Continue` when the app first waits for the body)."""
+    head = expecting(GET_TASK).replace(b"Content-Length: %d" % len(GET_TASK.partition(b"\r\n\r\n")[2]),
+                                       b"Content-Length: 2000000")
+    with connect(gateway.port) as sock:
+        sock.sendall(head)
+        answer, _ = read_answer(sock)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+
+
+def test_a_request_the_door_refuses_unauthenticated_gets_no_100_continue(tmp_path):
+    config = tmp_path / "door.toml"
+    config.write_text(token_table([("alice", "alice-token", ["GetTask"])]))
+    with running_gateway("--config", str(config), workers=1, tmp_path=tmp_path) as gw:
+        with connect(gw.port) as sock:
+            sock.sendall(expecting(GET_TASK))
+            answer, _ = read_answer(sock)
+            assert answer.startswith(b"HTTP/1.1 401 "), answer
+            assert read_to_close(sock) == b""  # its body unsent: where a next request starts is unknown
+        with connect(gw.port) as sock:
+            sock.sendall(expecting(GET_TASK, b"Authorization: Bearer alice-token\r\n"))
+            interim = read_until(sock, b"\r\n\r\n")
+            assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
 
 
 @pytest.mark.parametrize("request_bytes", [HEALTHZ, GET_TASK, CARD], ids=["healthz", "get_task", "card"])

@@ -71,8 +71,11 @@ class RpcEndpoint:
         read = scope.pop(BODY_KEY, None)
         if read is not None:
             return read if keep else b""
+        head = head_of(scope)
+        if not keep and (head.get(b"expect") or "").lower() == "100-continue":
+            return b""  # its client waits to be asked for its body, and is not: the refusal, then the close
         limit = self.config.max_body_bytes
-        length = head_of(scope).get(b"content-length")
+        length = head.get(b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise Refused(413, f"request body exceeds {limit} bytes")
         chunks, size = [], 0

@@ -206,8 +206,9 @@ class Front(TransportSink):
         cycle = self.cycle = Cycle(self, request, request.keep_alive and not websocket
                                    and self.requests < KEEP_ALIVE_REQUESTS)
         self.body = Body(request.length)
-        if request.expects and not self.body.done and not buffer:
-            self.transport.write(framing.CONTINUE)
+        # invited to send its body when the app first waits for it (cycle.py), as h11 does: a
+        # request the door refuses before reading its body gets its refusal and no invitation
+        cycle.expects = request.expects and not self.body.done and not buffer
         self.state = BODY
         self._read_body()
         if self.state is CLOSED:
@@ -235,6 +236,7 @@ class Front(TransportSink):
             return self._refuse(400, BAD_REQUEST)
         if data:
             cycle.parts.append(data)
+            cycle.expects = False  # sending already
         if self.body.done:
             cycle.body_done = True
             self.state = APP
