@@ -223,3 +223,20 @@ def test_anything_but_exactly_one_chunked_coding_is_501(gateway, codings):
         sock.sendall(request + HEALTHZ)
         data = read_to_close(sock)
     assert data.startswith(b"HTTP/1.1 501 Not Implemented\r\n") and data.count(b"HTTP/1.1 ") == 1, data
+
+
+def test_an_eof_after_a_head_and_part_of_its_body_ends_the_request_at_once(tmp_path):
+    """The client's EOF completes a head whose body is cut short: the app hears
+    `http.disconnect` and the connection closes, not at --body-timeout (an hour here; a hang
+    fails at the socket's read timeout)."""
+    head, _, body = GET_TASK.partition(b"\r\n\r\n")
+    with running_gateway("--body-timeout", "3600", workers=1, tmp_path=tmp_path) as gw:
+        with connect(gw.port) as sock:  # alone: its head read as it comes, then the EOF
+            sock.sendall(head + b"\r\n\r\n" + body[:len(body) // 2])
+            sock.shutdown(socket.SHUT_WR)
+            assert read_to_close(sock) == b""
+        with connect(gw.port) as sock:  # pipelined: its head read after the EOF, once /healthz is answered
+            sock.sendall(HEALTHZ + head + b"\r\n\r\n" + body[:len(body) // 2])
+            sock.shutdown(socket.SHUT_WR)
+            healthz, rest = read_answer(sock)
+            assert healthz.startswith(b"HTTP/1.1 200 OK\r\n") and rest + read_to_close(sock) == b""

@@ -213,6 +213,8 @@ class Front(TransportSink):
         self._read_body()
         if self.state is CLOSED:
             return  # its body was refused
+        if self.eof and self.state is BODY:
+            self._leave()  # its client shut its side before the body was whole: the app is told at once
         if len(buffer) <= self.settings.incomplete_cap:  # measured once its body's bytes are taken
             self._resume(PIPELINED)
         scope = scope_of(request, self.transport, self.scheme, websocket)
