@@ -16,7 +16,7 @@ what moves it on):
 | state     | the client's bytes                          | left when                                  |
 |-----------|---------------------------------------------|--------------------------------------------|
 | HEAD      | kept until a head is whole (--header-timeout from the connection's start or the last answer's end: no head, the close) | a head is read: BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's |
-| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first: CLOSED |
+| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first, or the client's EOF (its app hears `http.disconnect`): CLOSED |
 | APP       | the next request's, kept                    | the answer ends: HEAD, or CLOSED (it closes: HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF) |
 | STREAM    | ignored; its EOF or reset ends the stream   | the stream's end (the hub's): CLOSED       |
 | CLOSED    | ignored                                     |                                            |
@@ -29,7 +29,9 @@ socket buffers and one write buffer, and no answer being computed (SECURITY.md, 
 
 The body timeout is the app's (dispatch.py: a body not in within --body-timeout is answered
 408), started when the head is read; a body the app does not read keeps the connection only
-until its answer ends (then it closes, as hypercorn did). An app run whose body was whole
+until its answer ends (then it closes, as hypercorn did). `Expect: 100-continue` is answered
+`100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
+door refuses from its head gets its refusal, no invitation, then the close. An app run whose body was whole
 with its head, on `POST /`, runs at once (eager.py); any other in a task.
 """
 
