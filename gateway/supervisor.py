@@ -108,6 +108,9 @@ class Supervisor:
         if found.backlog_capped:
             self.log.warning("--listen-backlog is above net.core.somaxconn; the kernel caps it",
                              configured=config.listen_backlog, backlog=found.listen_backlog)
+        if config.h2c_upgrade:  # kept so configurations that name it still start
+            self.log.warning("--h2c-upgrade has no effect: the front serves HTTP/1.1 and answers "
+                             "Upgrade: h2c over it (HTTP/2 is prior knowledge or TLS ALPN h2)")
         self.capacity_bound = found.capacity_bound
         config = dataclasses.replace(config, max_connections=found.max_connections,
                                      listen_backlog=found.listen_backlog)

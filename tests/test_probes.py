@@ -82,6 +82,8 @@ def test_security_claim_never_reading_probe_pipelines_starve_no_probe(gateway):
             for path in (b"/healthz", b"/readyz"):
                 answer = probe_from(gateway.port, "127.0.0.2", path)
                 assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+        # the pipelines' own address: a blocked write holds no place, so a fresh probe is answered
+        assert probe_from(gateway.port, "127.0.0.1", b"/healthz").startswith(b"HTTP/1.1 200 OK\r\n")
         growth = rss_kib(worker) - before
         assert growth < RSS_GROWTH_MOST_KIB, f"the worker grew {growth} KiB holding the pipelines"
     finally:
@@ -129,3 +131,37 @@ def test_one_address_holds_at_most_its_share_of_probe_places():
         assert statuses.count(("10.0.0.1", 200)) == PROBES_PER_CLIENT and ("10.0.0.2", 200) in statuses
 
     asyncio.run(main())
+
+
+FLOODS, FLOOD_PROBES = 50, 200
+
+
+def test_one_address_flooding_probes_takes_no_more_than_its_share(gateway):
+    """50 connections from 127.0.0.3 each pipeline 200 `/readyz` and read the answers: every
+    one is answered, none with the worker-wide 503, and 127.0.0.2's probes are answered 200
+    throughout (the per-address count itself, which a real worker's probes computed one at a
+    time never reach, is the test above's)."""
+    floods = []
+    try:
+        for _ in range(FLOODS):
+            sock = socket.socket()
+            sock.bind(("127.0.0.3", 0))
+            sock.connect(("127.0.0.1", gateway.port))
+            sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n" * FLOOD_PROBES)
+            sock.setblocking(False)
+            floods.append([sock, b""])
+        while any(data.count(b"HTTP/1.1 ") < FLOOD_PROBES for _, data in floods):
+            answer = probe_from(gateway.port, "127.0.0.2", b"/healthz")
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+            for flood in floods:
+                try:
+                    while chunk := flood[0].recv(1 << 20):
+                        flood[1] += chunk
+                except BlockingIOError:
+                    pass
+        data = b"".join(data for _, data in floods)
+        assert data.count(b"HTTP/1.1 ") == FLOODS * FLOOD_PROBES
+        assert b"this worker is answering %d probes" % PROBES_IN_FLIGHT not in data
+    finally:
+        for sock, _ in floods:
+            sock.close()

@@ -6,7 +6,8 @@ Starlette's StreamingResponse does not give). Every request first passes `Admiss
 of their own) and 431 (more than
 --max-headers lines, or a head over --max-header-bytes). Then, on `POST /`:
 429 (the client's request bucket, --client-request-rate, is empty) -> 404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
-from the head: the body is then only drained, never parsed -> 413 (body over
+from the head: the body is then only drained, never parsed (nor read when its client waits
+for `100 Continue`: the connection closes after the refusal) -> 413 (body over
 --max-body-bytes) -> 408 (body not in within --body-timeout) -> 404 (empty body) -> -32700
 (not JSON) -> -32600 (nested deeper than --max-json-depth, a top-level member named twice, not a JSON-RPC request, id longer
 than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
@@ -71,8 +72,11 @@ class RpcEndpoint:
         read = scope.pop(BODY_KEY, None)
         if read is not None:
             return read if keep else b""
+        head = head_of(scope)
+        if not keep and (head.get(b"expect") or "").lower() == "100-continue":
+            return b""  # its client waits to be asked for its body, and is not: the refusal, then the close
         limit = self.config.max_body_bytes
-        length = head_of(scope).get(b"content-length")
+        length = head.get(b"content-length")
         if length is not None and length.strip().isdigit() and int(length) > limit:
             raise Refused(413, f"request body exceeds {limit} bytes")
         chunks, size = [], 0

@@ -43,7 +43,7 @@ class Cycle:
     """One request's `receive` and `send`, and what its answer has come to."""
 
     __slots__ = ("front", "parts", "body_done", "given", "waiter", "head_only", "keep_alive", "http10",
-                 "started", "chunked", "unsent", "over", "closes", "streaming")
+                 "started", "chunked", "unsent", "over", "closes", "streaming", "expects")
 
     def __init__(self, front, request: Parsed, keep_alive: bool):
         self.front = front
@@ -56,6 +56,7 @@ class Cycle:
         self.http10 = request.version == b"1.0"
         self.started = self.chunked = self.over = self.closes = self.streaming = False
         self.unsent = b""
+        self.expects = False  # the client waits for `100 Continue` before sending its body
 
     @property
     def current(self) -> bool:
@@ -76,6 +77,10 @@ class Cycle:
                 self.given = self.body_done
                 self.front.body_taken()
                 return {"type": "http.request", "body": body, "more_body": not self.given}
+            if self.expects:  # the app waits for a body its client waits to be asked for
+                self.expects = False
+                if not self.started:
+                    self.front.transport.write(framing.CONTINUE)
             self.waiter = self.front.settings.loop.create_future()
             await self.waiter
 

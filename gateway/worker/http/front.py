@@ -16,7 +16,7 @@ what moves it on):
 | state     | the client's bytes                          | left when                                  |
 |-----------|---------------------------------------------|--------------------------------------------|
 | HEAD      | kept until a head is whole (--header-timeout from the connection's start or the last answer's end: no head, the close) | a head is read: BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's |
-| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first: CLOSED |
+| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first, or the client's EOF (its app hears `http.disconnect`): CLOSED |
 | APP       | the next request's, kept                    | the answer ends: HEAD, or CLOSED (it closes: HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF) |
 | STREAM    | ignored; its EOF or reset ends the stream   | the stream's end (the hub's): CLOSED       |
 | CLOSED    | ignored                                     |                                            |
@@ -29,7 +29,9 @@ socket buffers and one write buffer, and no answer being computed (SECURITY.md, 
 
 The body timeout is the app's (dispatch.py: a body not in within --body-timeout is answered
 408), started when the head is read; a body the app does not read keeps the connection only
-until its answer ends (then it closes, as hypercorn did). An app run whose body was whole
+until its answer ends (then it closes, as hypercorn did). `Expect: 100-continue` is answered
+`100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
+door refuses from its head gets its refusal, no invitation, then the close. An app run whose body was whole
 with its head, on `POST /`, runs at once (eager.py); any other in a task.
 """
 
@@ -200,20 +202,23 @@ class Front(TransportSink):
         except Refused as refusal:
             return self._refuse(refusal.status, refusal.detail)
         self._cancel_timer()
-        if len(buffer) <= self.settings.incomplete_cap:
-            self._resume(PIPELINED)
         self.requests += 1
         websocket = request.websocket
         # kept after its answer unless it says otherwise, or is a WebSocket handshake (refused)
         cycle = self.cycle = Cycle(self, request, request.keep_alive and not websocket
                                    and self.requests < KEEP_ALIVE_REQUESTS)
         self.body = Body(request.length)
-        if request.expects and not self.body.done and not buffer:
-            self.transport.write(framing.CONTINUE)
+        # invited to send its body when the app first waits for it (cycle.py), as h11 does: a
+        # request the door refuses before reading its body gets its refusal and no invitation
+        cycle.expects = request.expects and not self.body.done and not buffer
         self.state = BODY
         self._read_body()
         if self.state is CLOSED:
             return  # its body was refused
+        if self.eof and self.state is BODY:
+            self._leave()  # its client shut its side before the body was whole: the app is told at once
+        if len(buffer) <= self.settings.incomplete_cap:  # measured once its body's bytes are taken
+            self._resume(PIPELINED)
         scope = scope_of(request, self.transport, self.scheme, websocket)
         whole = cycle.body_done and request.method == b"POST" and request.url == b"/"
         if whole:  # the app takes it from the scope, with no receive and no body timer
@@ -235,6 +240,7 @@ class Front(TransportSink):
             return self._refuse(400, BAD_REQUEST)
         if data:
             cycle.parts.append(data)
+            cycle.expects = False  # sending already
         if self.body.done:
             cycle.body_done = True
             self.state = APP

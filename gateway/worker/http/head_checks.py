@@ -142,7 +142,7 @@ def _check(method: bytes, version: bytes, request: Parsed) -> None:
         refusal = request_problem(method, version, ())  # its framing rule: just applied
         if refusal is not None:
             raise Refused(*refusal)
-    if any(coding.lower() != b"chunked" for coding in request.codings):
+    if request.codings and [coding.lower() for coding in request.codings] != [b"chunked"]:  # h11's: one, chunked
         raise Refused(501, UNSUPPORTED_CODING)
 
 

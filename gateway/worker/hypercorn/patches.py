@@ -40,7 +40,7 @@ class Row(NamedTuple):
     owner: str  # "module:Class" or "module"
     name: str
     replacement: str | None  # "module:name" put in its place by `install`; None: followed only
-    against: str  # the library it reaches into: hypercorn, h11, h2, priority, uvloop, or python (the standard library)
+    against: str  # the library it reaches into: hypercorn, h2, priority, uvloop, or python (the standard library)
     named_in: str | None = None  # the owner's method whose code names `name` (set per instance, or handed on)
     guarantee: str | None = None  # H2: what the gateway promises rests on it; None: speed only
 
