@@ -205,7 +205,8 @@ key file (a secret file's trailing newline is not part of the secret) and only t
 algorithms (never the token's header's, never `none`).
 `exp` and `sub` are required; `nbf`, `iss` and `aud` are checked as RFC 7519 says, with no leeway.
 `sub` is the caller, as a static token's `name` is (task visibility, limits, the access
-log); `scope` holds the methods it may call, space-separated, or `*`; an optional
+log); a token whose `sub` is a static token's `name` is refused as an unknown one (with one
+warning line naming the clash), so the two never share a caller; `scope` holds the methods it may call, space-separated, or `*`; an optional
 `max_streams` claim limits its open streams as a token's `max_streams` does. A token that
 fails any check, or whose `exp` has passed, is answered 401 as an unknown token; an open
 stream ends when its token's `exp` comes. A reload reads the key file again; streams

@@ -17,10 +17,12 @@ import os
 import pty
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import threading
+import time
 import types
 
 import orjson
@@ -30,8 +32,39 @@ from gateway_harness import CSSE_BUILD, ROOT, GatewayOptions, require_tool
 from loadtest import bench
 
 RUN_TIMEOUT = 240
+GROUP_GRACE = 5.0  # how long a command's process group has to leave after SIGTERM
 HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(bench.NCHAN_MODULE)
 PAGE_CHARTS = {"ramp", "cpu", "rss"}  # drawn for every command; the others where the run has their data
+
+
+def start(argv: list[str], **kw) -> subprocess.Popen:
+    """`python -m argv` in a session of its own, so `end_group` reaches every gateway, nginx
+    and client it starts (a kill of the parent alone would leave them running)."""
+    return subprocess.Popen([sys.executable, "-m", *argv], cwd=ROOT, start_new_session=True, **kw)
+
+
+def group_left(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """End a command started by `start` and its process group, by the group's id: SIGTERM,
+    up to GROUP_GRACE s to leave, then SIGKILL to what is left. Harmless once all have left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + GROUP_GRACE
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(GROUP_GRACE)  # reaped, so a zombie parent does not count as left in the group
+        while group_left(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not group_left(proc.pid):
+            break
+    proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -85,19 +118,16 @@ def runs(gateway, csse, tmp_path_factory) -> dict[str, types.SimpleNamespace]:
         for name, argv in commands(gateway, csse, out).items():
             directory = out / name
             argv = [*argv, "--report", str(directory)]
-            started[name] = (argv, directory, subprocess.Popen(
-                [sys.executable, "-m", *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            started[name] = (argv, directory, start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         done = {}
         for name, (argv, directory, proc) in started.items():
             stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
             done[name] = types.SimpleNamespace(argv=argv, dir=directory, stdout=stdout, stderr=stderr,
                                                returncode=proc.returncode, out=out)
         return done
-    finally:
+    finally:  # on success too: what a command left behind goes with its group
         for _, _, proc in started.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            end_group(proc)
 
 
 NAMES = ["driver", "bench", "storm", "idle20k", "soak", "crowd", "openings"]
@@ -246,13 +276,13 @@ def test_a_terminal_gets_the_rich_progress(gateway):
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
+    proc = start(["loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/", "--watchers", "50",
+                  "--duration", "1", "--warmup", "0.3", "--procs", "1", "--label", "terminal-run"],
+                 stdout=subprocess.PIPE, stderr=terminal, env={**os.environ, "COLUMNS": "200"})
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{gateway.port}/", "--watchers", "50",
-             "--duration", "1", "--warmup", "0.3", "--procs", "1", "--label", "terminal-run"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, env={**os.environ, "COLUMNS": "200"},
-            timeout=RUN_TIMEOUT)
+        proc.communicate(timeout=RUN_TIMEOUT)
     finally:
+        end_group(proc)
         os.close(terminal)
         reader.join(10)
         os.close(master)

@@ -4,6 +4,8 @@ Static tokens are kept only as sha256 and compared in constant time; a token's `
 the tasks it creates, so a rotated token keeps them. A token past its `expires` is refused as
 an unknown one. With `[network.authentication.jwt]`, a token no static entry matches is
 verified as a JWT (bearer_jwt.py): its `sub` is the rule's name, its `exp` the rule's expiry.
+A JWT whose `sub` is a static token's name is refused as an unknown one: else it would own,
+and see, that token's tasks and draw on its stream places (one warning line names the clash).
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import hashlib
 import hmac
 import time
 
+from gateway import logs
 from gateway.config import Config, TokenRule
 from gateway.control import EVERY_TASK, Caller
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.door.bearer_jwt import JwtRule, JwtVerifier
 from gateway.worker.door.refusal import Refused
 
+log = logs.get("worker")
+SUB_CLASH = "a JWT's sub is a static token's name; refused as an unknown token"
 
 def unknown_token() -> Refused:
     """One 401 for every token that does not open the door: unknown, expired, or a JWT that
@@ -40,6 +45,7 @@ class Door:
     def apply(self, config: Config) -> None:
         """The tokens in force (at start, and at each reload)."""
         self.rules = config.tokens
+        self.static_names = frozenset(rule.name for rule in config.tokens)
         self.jwt = None if config.jwt is None else JwtVerifier(config.jwt)
 
     @property
@@ -62,6 +68,9 @@ class Door:
                 match = rule
         if match is None and self.jwt is not None:
             match = self.jwt.verify(token)
+            if match is not None and match.name in self.static_names:
+                log.warning(SUB_CLASH, sub=match.name)
+                raise unknown_token()
         if match is None or (match.expires is not None and time.time() >= match.expires):
             raise unknown_token()
         return match
