@@ -30,16 +30,20 @@ def leave(sock: socket.socket, how: str) -> None:
 @pytest.mark.parametrize("how", ["fin", "rst"])
 @pytest.mark.parametrize("sink", sorted(SINKS))
 def test_security_claim_a_watcher_that_stopped_reading_ends_when_it_leaves(tmp_path, sink, how):
-    """[claim: client-leaves] The watcher's socket takes 4 KiB; a witness on the same worker
-    reads 1,000 events of 16 KiB (past every buffer between the worker and the stalled
-    watcher: tcp_wmem's 4 MiB at most, the transport's), so the stalled stream's send waits;
-    then it leaves, and its place is freed and its end logged."""
+    """[claim: client-leaves] The watcher's socket takes 4 KiB; it reads past its replay (a
+    replay that stops reading while the ring laps it is cut off: SECURITY.md, the stalled
+    replay), then stops; a witness on the same worker reads 1,000 events of 16 KiB (past every
+    buffer between the worker and the stalled watcher: tcp_wmem's 4 MiB at most, the
+    transport's), so the stalled stream's send waits; then it leaves, and its place is freed
+    and its end logged."""
     with running_gateway("--sim-load", "2000", "--sim-load-size", str(FRAME), workers=1, metrics=True,
                          env=SINKS[sink], tmp_path=tmp_path) as gw:
         opened = lambda: scrape(gw.metrics_port).get(f'murgw_connections_open{{endpoint="{WATCH}"}}', 0)
         stalled = SSEStream(gw.port, WATCH, {}, rcvbuf=4096)
         try:
             assert stalled.status == 200
+            head = scrape(gw.metrics_port)["murgw_ring_head_id"]  # its replay's end at least
+            stalled.read_until(lambda e: e.id is not None and e.id >= head, within=60)
             with SSEStream(gw.port, WATCH, {}) as witness:
                 start = witness.read_until(lambda e: e.id is not None)[-1].id
                 witness.read_until(lambda e: e.id is not None and e.id >= start + 1000)

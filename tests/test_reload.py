@@ -85,9 +85,11 @@ def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
 
 
 def test_a_revoked_stream_whose_reader_stopped_reading_is_cut_off(tmp_path):
-    """Alice stops reading while events keep coming (her socket and the worker's buffer fill),
-    then a reload removes her token: her stream cannot end after its next write, so a
-    heartbeat interval later its connection is cut and its place freed."""
+    """Alice reads past her replay (a replay that stops reading while the ring laps it is
+    cut off as "stalled": SECURITY.md), then stops reading while events keep coming (her
+    socket and the worker's buffer fill), then a reload removes her token: her stream cannot
+    end after its next write, so a heartbeat interval later its connection is cut and its
+    place freed."""
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))
     with running_gateway("--config", str(door), "--sim-load", "400", "--sim-load-size", "2000",
@@ -95,9 +97,10 @@ def test_a_revoked_stream_whose_reader_stopped_reading_is_cut_off(tmp_path):
         alice = SSEStream(gw.port, WATCH, {}, token=ALICE, last_event_id=LIVE, rcvbuf=4096)
         try:
             assert alice.status == 200
-            # 200 events of 2 KB written since she opened, none read: more than her socket, the
-            # kernel's unsent allowance and the worker's high-water mark together hold
-            start = scrape(gw.metrics_port)["murgw_ring_head_id"]
+            start = scrape(gw.metrics_port)["murgw_ring_head_id"]  # her replay's end at least
+            alice.read_until(lambda e: e.id is not None and e.id >= start, within=60)
+            # 200 events of 2 KB written since, none read: more than her socket, the kernel's
+            # unsent allowance and the worker's high-water mark together hold
             wait_for(lambda: scrape(gw.metrics_port)["murgw_ring_head_id"] > start + 200,
                      what="alice's stream blocked")
             door.write_text(token_table(AFTER))

@@ -1,5 +1,5 @@
-"""A replay under live load (spec "Replay", "Events a connection misses"; DECISIONS "A replay
-under live load"), over real sockets against a real one-worker gateway.
+"""A replay under live load (spec "Replay", "Events a connection misses"), over real sockets
+against a real one-worker gateway.
 
 An activated watcher opens with Last-Event-ID: 0 on a full ring with a 4 KiB receive buffer
 and does not read: with 2 KiB events most of its 1 MiB replay waits in the gateway while the
@@ -12,10 +12,12 @@ is on a condition (the opening answered, a probe reading the burst's end), never
 
 from __future__ import annotations
 
+import contextlib
+import threading
 
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEEvent
-from gateway_harness import running_gateway
+from gateway_harness import running_gateway, wait_for
 from http_client import rpc, user_message
 from sse_reading import WATCH, SSEStream, frame_of, is_terminal_event, item, task_id_of
 
@@ -125,3 +127,40 @@ def test_a_task_streams_replay_is_whole_and_it_still_ends_at_its_terminal_status
         assert live[1:] == list(range(newest - LAG_LIMIT + 1, newest + 1))
     else:
         assert live == list(range(first + 512, newest + 1))
+
+
+def test_a_replay_whose_client_reads_nothing_is_cut_off_once_the_ring_laps_it():
+    """[claim: stalled-replay] A watcher opened with Last-Event-ID: 0 on a full ring, with a
+    4 KiB receive buffer, reads nothing while the capsule writes 1000 events more: the ring
+    laps its replay's view, and a heartbeat interval later the gateway cuts its connection
+    (the socket ends, EOF or reset) and logs its end with reason "stalled", its replay
+    unfinished. A watcher opened beside it that reads throughout gets every event, its
+    replay then the live ones, none lost."""
+    with running_gateway(workers=1, heartbeat=1.0) as gateway:
+        _, opened_at = burst(gateway.port, FILL)
+        oldest = opened_at - 511
+        with SSEStream(gateway.port, WATCH, {}, last_event_id="0", activate=True, timeout=60) as reading, \
+                SSEStream(gateway.port, WATCH, {}, rcvbuf=4096, last_event_id="0", activate=True,
+                          timeout=60) as stalled:
+            assert (reading.status, stalled.status) == (200, 200)
+            ids, frames, _ = read_to(reading, opened_at)  # its replay, read before the live events
+            newest: list[int] = []
+            more = threading.Thread(target=lambda: newest.append(burst(gateway.port, 1000, pause=0.25)[1]))
+            more.start()
+            try:  # it reads as the burst is written, up to the burst's terminal status
+                live = reading.read_until(lambda e: e.id is not None and e.id > opened_at and is_terminal_event(e),
+                                          within=120)
+            finally:
+                more.join()
+            cut = wait_for(lambda: next((r for r in gateway.logs() if r.get("event") == "stream end"
+                                         and r.get("reason") == "stalled"), None), 60, "the stalled line")
+            assert cut["events"] < 512  # cut mid-replay
+            stalled.http.sock.settimeout(60)
+            with contextlib.suppress(ConnectionResetError):
+                while stalled.http.sock.recv(65536):  # what it had in flight, then the end
+                    pass
+            reasons = [r["reason"] for r in gateway.logs() if r.get("event") == "stream end"]
+    assert reasons.count("stalled") == 1  # the reading watcher and the probes were not cut
+    assert frames == [("connection-ack", None), ("gap", oldest)]
+    assert [event.id for event in live] == list(range(opened_at + 1, newest[0] + 1))  # no frame: none lost
+    assert ids == list(range(oldest, opened_at + 1))

@@ -289,6 +289,22 @@ def test_the_129th_live_event_loses_the_oldest_live_one_never_a_replayed_one():
     assert [item.frame for event_id, item in rest if event_id is None] == [{"frame": "lagged", "missed": 1}]
 
 
+def test_a_replay_is_lapped_once_the_window_no_longer_holds_the_entry_it_owes_next():
+    """The stalled-replay rule's condition (stream.py): the view alone keeps the next entry the
+    stream owes alive; never for a stream past its replay."""
+    window, stream = Window(512), watcher()
+    fill(window, *big_frames(512))
+    stream.start_replay(window, 0)
+    first = [event_id for event_id, _ in parse(body_of(stream, window))]
+    owed = first[-1] + 1
+    fill(window, *big_frames(owed - 1))  # the window still holds id `owed`
+    assert window.entry(owed) is not None and not stream.replay_lapped(window)
+    fill(window, *big_frames(1))  # the ring overwrote it
+    assert window.entry(owed) is None and stream.replay_lapped(window)
+    gather_all(stream, window)
+    assert not stream.replaying and not stream.replay_lapped(window)
+
+
 def test_a_replay_the_ring_overwrote_entirely_is_still_written_whole_then_the_newest_128():
     _, first, rest = replay_then_live(1000)  # ids 513..1512: the whole replay left the window
     ids = first + [event_id for event_id, _ in rest]

@@ -15,7 +15,8 @@ Each open stream that a limit counts or a token let in is held here (`holds`): a
 the ones whose token it removed (reload.py), and each gives its places back when it ends
 (`close`). A stream whose token expires (a JWT's `exp`, a static token's `expires`) holds a
 timer that ends it then, as a revocation does, with the access line's reason "expired"
-(`expire_at`; DECISIONS "Token expiry"). The timer runs on the loop's monotonic clock and
+(`expire_at`: the stream ends at that moment; after it, the token is answered 401 as an
+unknown one). The timer runs on the loop's monotonic clock and
 checks the wall clock when it fires, so the stream never ends before its token's expiry.
 """
 

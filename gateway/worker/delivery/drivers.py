@@ -48,21 +48,23 @@ class Drivers:
     _progress: Callable[[], None]
     heartbeats: Heartbeats
 
-    def end_stream(self, served: Served, reason: str = "revoked") -> None:
+    def end_stream(self, served: Served, reason: str = "revoked", cut_in: float | None = None) -> None:
         """End the stream where it stands, `reason` its access line's: "revoked" (a reload
-        took its token's right to it, worker/reload.py) or "expired" (its token's expiry
-        came, opening.py): after the whole events already written, with no frame of its
-        own. Its driver sees it ENDING before it gathers again; a parked one is resumed to
-        see it now. One waiting for a reader that stopped reading would wait as long as that
-        reader: still open a heartbeat interval later, its connection is cut (SECURITY.md:
-        it ends within one interval). A stream already ended so keeps its first reason."""
-        if served.revoked is not None:
+        took its token's right to it, worker/reload.py), "expired" (its token's expiry
+        came, opening.py) or "stalled" (`Hub._stalled`): after the whole events already
+        written, with no frame of its own. Its driver sees it ENDING before it gathers again;
+        a parked one is resumed to see it now. One waiting for a reader that stopped reading
+        would wait as long as that reader: still open `cut_in` seconds later (one heartbeat
+        interval unless given), its connection is cut (SECURITY.md: it ends within one
+        interval). A stream already ended so keeps its first reason."""
+        if served.ended_by is not None:
             return
         served.stream.move(END)
-        served.revoked = reason
+        served.ended_by = reason
         served.poke()
         if served.sink is not None and served.sink.blocked:
-            self._loop.call_later(self.heartbeats.interval, self._cut_off, served)
+            delay = self.heartbeats.interval if cut_in is None else cut_in
+            self._loop.call_later(delay, self._cut_off, served)
 
     @staticmethod
     def _cut_off(served: Served) -> None:
@@ -75,8 +77,8 @@ class Drivers:
         window, stream = self.window, served.stream
         if window.closing:
             return "drain"
-        if served.revoked is not None:  # its connection may have been cut for it (`_cut_off`)
-            return served.revoked
+        if served.ended_by is not None:  # its connection may have been cut for it (`_cut_off`)
+            return served.ended_by
         if served.sink.closed:
             return "client_left"
         if stream.session_changed:
@@ -238,11 +240,12 @@ class Served:
     its driver waits for (`waiting`; None while it runs), the future its coroutine waits on
     (a stream `serve`d, not `adopt`ed), its place in the catch-up queue, the heartbeat due
     since the heap fired, and what its access-log line reports that the stream cannot know
-    (the bytes handed to its sink, whether a reload revoked it or its token expired). It is the sink's listener: a
-    client that leaves, or a sink that drained, pokes it."""
+    (the bytes handed to its sink, why the hub ended it: a reload revoked it, its token expired,
+    its replay stalled). It is the sink's listener: a client that leaves, or a sink that
+    drained, pokes it."""
 
-    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "passing", "beat_due", "bytes_sent", "revoked",
-                 "exchange")
+    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "passing", "beat_due", "bytes_sent",
+                 "ended_by", "stalled_at", "exchange")
 
     def __init__(self, stream: Stream):
         self.stream = stream
@@ -254,7 +257,8 @@ class Served:
         self.passing = False  # waiting for its turn in a pass longer than one turn (`Hub._pass`)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
-        self.revoked: str | None = None  # "revoked" or "expired": its token's right to it ended (`end_stream`)
+        self.ended_by: str | None = None  # "revoked", "expired" (`end_stream`) or "stalled" (`Hub._stalled`)
+        self.stalled_at = -1  # its cursor when a heartbeat found it stalled (`Hub._stalled`); -1: none did
         self.exchange = None  # the access log's record of its request (access_log.py)
 
     def resume(self) -> None:

@@ -242,9 +242,22 @@ class Hub(Drivers):
         self.counters.observe("heartbeat_jitter_seconds", time.monotonic() - due)
         if served.sink.blocked:
             self.counters.add("heartbeats_blocked")
+        self._stalled(served)
         served.beat_due = due
         self._write(served)
         return True
+
+    def _stalled(self, served: Served) -> None:
+        """The stalled-replay rule (stream.py): found blocked with its view lapped at this
+        heartbeat, and so at the last one with its cursor where it was (nothing written
+        between: its client read nothing), its connection is cut now, reason "stalled"."""
+        stream = served.stream
+        if not (served.sink.blocked and stream.replay_lapped(self.window)):
+            served.stalled_at = -1
+        elif served.stalled_at != stream.cursor:
+            served.stalled_at = stream.cursor
+        else:
+            self.end_stream(served, "stalled", cut_in=0)
 
     # --- streams ---
 

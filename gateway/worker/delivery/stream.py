@@ -45,6 +45,17 @@ reading fills its transport buffer past the high-water mark: its sink reports it
 blocked, the hub stops writing to it until it drains, its cursor stays behind, so it lags
 rather than being buffered without bound.
 
+The stalled-replay rule: a view is held only while its replay moves. A stream still
+replaying whose sink is blocked (its client reads nothing) and whose view the ring has lapped
+(`replay_lapped`: the window no longer holds the entry it owes next, so the view alone keeps
+evicted entries alive) is cut off, its connection aborted with the access line's reason
+"stalled", once it has stayed so for one heartbeat interval: found so at one heartbeat, and
+at the next with its cursor unmoved (`Hub._stalled`). A slow stream that reads, or a blocked
+one whose view the window still holds, is untouched. The entries that views keep alive after
+the window let them go are then at most the 512 ids before the window's and those the ring
+wrote in the last two heartbeat intervals (a view lapped just after one heartbeat is found at
+the next and cut at the one after), however many streams stall (SECURITY.md, Limits).
+
 The replay is walked from the same cursor as live events, a piece at a time (at most
 window.PIECE_BYTES a write): the opening holds only the head frames (ack or task, gap), and
 the replay's view holds references, never a copy of the buffer. Each event is written once,
@@ -239,6 +250,11 @@ class Stream:
     @property
     def replaying(self) -> bool:
         return self.cursor < self.replay_end
+
+    def replay_lapped(self, window: Window) -> bool:
+        """Still replaying, and the window no longer holds the next entry it owes: its view
+        alone keeps the ring's evicted entries alive (the stalled-replay rule, above)."""
+        return self.replaying and window.head - self.cursor > window.slots
 
     def behind(self, window: Window) -> bool:
         """Events are pending after the last write: a replay, or a catch-up past one piece."""
