@@ -11,17 +11,20 @@ verifies, and a key that can sign has no place on it.
 
 `read_key` answers the key as text (a secret's bytes as Latin-1, lossless), which travels
 to the workers inside the configuration, the same bytes a reload checked (`key_problem`).
+
+PyJWT and `cryptography` are imported only when a key is checked or prepared: a gateway
+without the table never loads them (about 11 MiB in each of its processes, RESULTS run 12),
+while the algorithm names, which every configuration's declarations read, are written here
+(tests/test_config_jwt.py keeps them equal to PyJWT's).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jwt
-from cryptography.hazmat.primitives import serialization
-
-# Every algorithm PyJWT verifies, but `none` (a token with no signature at all).
-ALGORITHMS = tuple(name for name in jwt.algorithms.get_default_algorithms() if name != "none")
+# Every algorithm PyJWT (with cryptography) verifies, but `none` (a token with no signature).
+ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+              "ES256", "ES256K", "ES384", "ES512", "ES521", "EdDSA")
 HMAC_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}  # RFC 7518 3.2: at least the hash's size
 MAX_KEY_BYTES = 64 * 1024
 PEM = b"-----BEGIN "
@@ -47,6 +50,9 @@ def key_bytes(key: str) -> bytes:
 def verifying_key(key: str, algorithm: str) -> Any:
     """What PyJWT verifies `algorithm` with: the secret's bytes, or the public key object;
     raises ValueError saying why the key does not fit."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+
     raw = key_bytes(key)
     if algorithm in HMAC_BYTES:
         if raw.startswith(PEM):

@@ -16,9 +16,9 @@ import time
 
 from gateway import logs
 from gateway.config import Config, TokenRule
+from gateway.config_authentication import JwtRule
 from gateway.control import EVERY_TASK, Caller
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.door.bearer_jwt import JwtRule, JwtVerifier
 from gateway.worker.door.refusal import Refused
 
 log = logs.get("worker")
@@ -46,7 +46,10 @@ class Door:
         """The tokens in force (at start, and at each reload)."""
         self.rules = config.tokens
         self.static_names = frozenset(rule.name for rule in config.tokens)
-        self.jwt = None if config.jwt is None else JwtVerifier(config.jwt)
+        self.jwt = None
+        if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
+            from gateway.worker.door.bearer_jwt import JwtVerifier
+            self.jwt = JwtVerifier(config.jwt)
 
     @property
     def public(self) -> bool:

@@ -12,22 +12,15 @@ unknown token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import jwt
 
-from gateway.config import Jwt, TokenRule
-from gateway.config_authentication import SCOPES
+from gateway.config import Jwt
+from gateway.config_authentication import SCOPES, JwtRule
 from gateway.jwt_keys import verifying_key
 
 MAX_SUBJECT = 256
 MAX_SCOPE_WORDS = 64
 REQUIRED = ["exp", "sub"]
-
-
-@dataclass(frozen=True)
-class JwtRule(TokenRule):
-    """The rule a verified JWT makes: `sha256` is empty (no digest to find it by again), `expires` its `exp`."""
 
 
 class JwtVerifier:
