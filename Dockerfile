@@ -28,8 +28,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     MUR_GATEWAY_METRICS_BIND=0.0.0.0:9464
 USER 10001:10001
 EXPOSE 52222 9464
-# Probes the port MUR_GATEWAY_BIND names (gateway/healthcheck.py); keep it in docker format.
+# Probes the port MUR_GATEWAY_BIND names (gateway/commands/healthcheck.py); keep it in docker format.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["python", "-m", "gateway.healthcheck"]
+  CMD ["python", "-m", "gateway.commands.healthcheck"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["tini", "--", "mur-gateway"]

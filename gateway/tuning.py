@@ -1,10 +1,10 @@
 """The gateway's tuning: numbers measured for speed, latency or memory, not set by an operator.
 
-None of these is a flag or a TOML key (those are `Config`'s, gateway/config.py): each trades
+None of these is a flag or a TOML key (those are `Config`'s, gateway/config/options.py): each trades
 one cost against another inside a process, and each stands beside the run that chose it
 (loadtest/RESULTS.md), or says it is a bound chosen without one. They live together, each
 under one name its users import, so that a change of one is seen beside the others it plays
-against; the relations between them are checked at the end, at import, as gateway/board.py
+against; the relations between them are checked at the end, at import, as gateway/common/board.py
 checks the ring's.
 """
 
@@ -25,7 +25,7 @@ COALESCE_FLOOR_SECONDS = 0.0005  # a shrunk delay under this is 0: light loads g
 COALESCE_MAX_SECONDS = 0.025  # never more
 # A wake-up finding this many events not yet copied passes at once, delay or not: a burst
 # must not carry a stream toward the lag limit (or the ring's end) while it waits
-# (gateway/board.py checks it is below both).
+# (gateway/common/board.py checks it is below both).
 COALESCE_MAX_EVENTS = 32
 
 # The pump (gateway/worker/delivery/pump.py): its slow poll, which closes the window in which an
@@ -90,13 +90,13 @@ FULL_AFTER = 500  # generation-1 collections before a full one may run (default 
 STORM_ALLOCATIONS_PER_WORKER = 1_700_000  # the 50,000-watcher storm's, measured above
 MIDDLE_GENERATION_MOST = 10_000  # young collections this small stayed short in that storm
 
-# The listening socket's TCP_NOTSENT_LOWAT (gateway/supervisor.py): a stalled reader falls
+# The listening socket's TCP_NOTSENT_LOWAT (gateway/supervisor/process.py): a stalled reader falls
 # behind, and lags, after about this much unsent, not after megabytes of kernel buffer (the
-# plan of 64 KiB a watcher in gateway/capacity.py counts it). Tried as a CPU saving on run 7's
+# plan of 64 KiB a watcher in gateway/config/capacity.py counts it). Tried as a CPU saving on run 7's
 # stream connections, it changed nothing (2.70 against 2.64 us a delivery, RESULTS.md run 7).
 NOTSENT_LOWAT_BYTES = 16 * 1024
 
-# The stall watchdog's pulse (gateway/stall.py): each worker's loop bumps its beat word this
+# The stall watchdog's pulse (gateway/common/stall.py): each worker's loop bumps its beat word this
 # often, and the supervisor looks at its children as often; loop_stall_seconds counts how late
 # it ran. A bound chosen, not measured: fine enough for the storms' ≤ 250 ms target
 # (RESULTS.md), coarse enough to cost nothing (four timer callbacks a second).

@@ -69,7 +69,7 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
 from loadtest import monitor, wire  # noqa: E402
 

@@ -46,7 +46,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from loadtest import bench, monitor  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402

@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from loadtest.driver import build_request, parse_args  # noqa: E402
 
 PROBE_SECONDS = 0.5  # long enough for the replay burst; ids keep coming at the load's rate

@@ -57,7 +57,7 @@ import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from loadtest import monitor  # noqa: E402
 
 MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")

@@ -31,7 +31,7 @@ import h2.events
 import trustme
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"murmur.WatchSession","params":{}}'

@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.request
 
-from gateway import procstat
+from gateway.common import procstat
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")  # every run's results (git-ignored)
 PHASES = ("starting", "connecting", "warmup", "window", "replaying", "holding", "settling", "closing", "done")

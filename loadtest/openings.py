@@ -42,7 +42,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from loadtest import bench, monitor  # noqa: E402
 from loadtest.storm import fill_ring  # noqa: E402
 

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import orjson  # noqa: E402
 
-from gateway import records  # noqa: E402
+from gateway.common import records  # noqa: E402
 from gateway.protocol import events, states  # noqa: E402
 from gateway.protocol.activation import WATCH_SESSION  # noqa: E402
 from gateway.worker.delivery.stream import Stream  # noqa: E402

@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.request
 
-from gateway import procstat
+from gateway.common import procstat
 from loadtest import monitor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

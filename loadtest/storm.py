@@ -66,7 +66,7 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway import procstat  # noqa: E402
+from gateway.common import procstat  # noqa: E402
 from loadtest import bench, monitor  # noqa: E402
 from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
                              quantiles, raise_nofile)

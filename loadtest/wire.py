@@ -1,6 +1,6 @@
 """The load event every system in the bench carries, byte for byte the gateway's `--sim-load` frame.
 
-`gateway/capsule/runner.py` writes a text frame whose text is the encode time in ns, a space,
+`gateway/sequencer/capsule/runner.py` writes a text frame whose text is the encode time in ns, a space,
 then `x` padding up to `--sim-load-size` characters, inside the task-frame carrier (a
 `statusUpdate` with the frame under the stream extension's metadata). The naive baseline and
 the nchan publisher build the same carrier here, so every system moves the same bytes and

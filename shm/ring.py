@@ -111,7 +111,7 @@ class Ring:
         """A new, empty ring at epoch 1, owned by this process; ``anonymous``: in a memfd
         (``shm.segment``), attached by ``handle`` rather than by name. ``control_words`` has
         no default: the ring never touches them, so only its user knows how many it needs
-        (the gateway's: gateway/board.py)."""
+        (the gateway's: gateway/common/board.py)."""
         check_platform()
         if slots < 1 or arena_bytes < 4 or control_words < 0:
             raise ValueError(f"bad ring geometry: {slots} slots, {arena_bytes} arena bytes, "

@@ -181,7 +181,7 @@ def refuse(event, args):
     if event in FORBIDDEN:
         raise SystemExit(f"forbidden: {event} {args!r}")
 sys.addaudithook(refuse)
-from gateway.cli import main
+from gateway.commands.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -258,7 +258,8 @@ def shm_bytes_per_gateway(workers: int) -> int:
     """The shared memory a gateway with `workers` workers allocates: its ring and counter
     memfds, created as the supervisor creates them, measured (fstat of each memfd) and
     closed. They have no path; their pages are shmem, counted in the container's memory."""
-    from gateway import board, metrics
+    from gateway.common import board
+    from gateway.common import metrics
     from shm import Ring
 
     base = f"murgw-{os.getpid()}-size{time.monotonic_ns() % 1_000_000}"

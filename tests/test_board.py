@@ -1,10 +1,12 @@
-"""The board (gateway/board.py): every process finds its counter block by role, and nothing
+"""The board (gateway/common/board.py): every process finds its counter block by role, and nothing
 else finds one; the control words the gateway's ring reserves are the ones the board names."""
 
 import pytest
 
-from gateway import board, metrics, stall
-from gateway.board import Board, Role
+from gateway.common import board
+from gateway.common import metrics
+from gateway.common import stall
+from gateway.common.board import Board, Role
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from gateway.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
+from gateway.config.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
 from gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
 from raw_http import exchange, head, refusal
 from sse_reading import SSEStream, reset
@@ -98,7 +98,7 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
     PROBES_IN_FLIGHT and none of --max-connections' places; past PROBES_IN_FLIGHT a probe is
     refused, while a request still has its place. Once its answer starts, a probe's place is
     free, even while its client reads nothing (the server's send waits)."""
-    from gateway.config_resolve import load
+    from gateway.config.resolve import load
     from gateway.worker.access_log import AccessLog
     from gateway.worker.door import PROBES_IN_FLIGHT, Admission
 

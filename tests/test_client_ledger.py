@@ -1,4 +1,4 @@
-"""The sequencer's counts behind the limits (gateway/client_ledger.py): all-or-nothing places,
+"""The sequencer's counts behind the limits (gateway/sequencer/client_ledger.py): all-or-nothing places,
 release only of what a connection holds, everything a closed connection held released, and a
 bounded bucket table."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.client_ledger import Holdings, RateBuckets, StreamLedger
+from gateway.sequencer.client_ledger import Holdings, RateBuckets, StreamLedger
 
 pytestmark = pytest.mark.unit
 

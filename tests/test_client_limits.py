@@ -1,4 +1,4 @@
-"""The per-client and per-token limits end to end (gateway/worker/door/limits.py, client_ledger.py):
+"""The per-client and per-token limits end to end (gateway/worker/door/limits.py, sequencer/client_ledger.py):
 counted across 2 workers, one HTTP/2 stream as one, the client read behind a trusted proxy
 and not behind an untrusted one, each 429 an RFC 9457 problem with a whole-second Retry-After
 answered before anything streams, and a closed stream's place free again."""

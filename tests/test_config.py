@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from gateway import config, config_authentication, config_file, config_resolve
+from gateway.config import options as config
+from gateway.config import authentication as config_authentication
+from gateway.config import file as config_file
+from gateway.config import resolve as config_resolve
 from gateway_harness import ROOT, judged, refused_start, start_refusal as refusal
 
 
@@ -92,13 +95,13 @@ def test_cli_refuses_at_start_with_one_line(tmp_path):
      "--client-request-burst: takes effect only with --client-request-rate (a rate above 0), which is not set"),
 ])
 def test_a_value_error_is_one_line_in_words(argv, env, line):
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     assert refusal(*argv, env=env) == line.format(MAX_WORKERS=MAX_WORKERS)
 
 
 def test_more_workers_than_the_ring_has_control_words_for_stops_the_start():
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     assert refusal("--workers", str(MAX_WORKERS + 1)) == (
         f"--workers: '{MAX_WORKERS + 1}' is out of range; it accepts 1 to {MAX_WORKERS} "
@@ -186,7 +189,7 @@ STRICT_FILES = [  # (a file, the one line that refuses it)
 @pytest.mark.parametrize("toml, line", STRICT_FILES)
 def test_every_table_and_key_of_the_file_is_known_or_the_start_stops(tmp_path, toml, line):
     """[claim: config-typo] A typo must never pass in silence: in [network.authentication] it would open the door."""
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"
     path.write_text(toml)
@@ -206,7 +209,7 @@ THREE_LINES = [
 @pytest.mark.parametrize("check", [["--check"], []], ids=["check", "start"])
 def test_every_problem_of_a_file_is_a_line_of_its_own(tmp_path, check):
     """--check and a start that fails name every problem they find, one line each, exit 2."""
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"
     path.write_text(THREE_PROBLEMS)
@@ -335,7 +338,7 @@ def test_check_refuses_each_bad_value_of_a_file(tmp_path, listener, argv, env, t
 
 @pytest.mark.parametrize("toml, line", STRICT_FILES)
 def test_check_refuses_each_strict_file_in_the_start_s_words(tmp_path, listener, toml, line):
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"
     path.write_text(toml)
@@ -351,7 +354,7 @@ def test_check_refuses_each_unreadable_file_in_the_start_s_words(tmp_path, liste
 
 
 def test_check_says_every_problem_one_line_each(tmp_path, listener):
-    from gateway.board import MAX_WORKERS
+    from gateway.common.board import MAX_WORKERS
 
     path = tmp_path / "gw.toml"
     path.write_text('heartbeat-interval = "zero"\n[inference]\nmax_turns = 2.5\n')
@@ -411,7 +414,7 @@ def test_every_option_refuses_a_value_of_the_wrong_toml_type(tmp_path, opt):
 
 
 def test_the_configuration_s_modules_each_hold_one_part_and_stay_short():
-    """gateway/config.py declares (every option, table key and default in one place) and reads
+    """gateway/config/options.py declares (every option, table key and default in one place) and reads
     nothing: the file's reading, the door's tables and the resolution import it, never the
     reverse; and none of the modules grows past 400 lines."""
     import ast
@@ -422,7 +425,7 @@ def test_the_configuration_s_modules_each_hold_one_part_and_stay_short():
         with open(path, encoding="utf-8") as fh:
             lines = fh.read().count("\n")
         assert lines <= 400, f"{os.path.relpath(path, ROOT)} has {lines} lines"
-    with open(os.path.join(ROOT, "gateway", "config.py"), encoding="utf-8") as fh:
+    with open(os.path.join(ROOT, "gateway", "config/options.py"), encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                 for alias in node.names} | {node.module for node in ast.walk(tree)

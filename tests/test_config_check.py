@@ -18,8 +18,9 @@ import sys
 
 import trustme
 
-from gateway import config, config_resolve
-from gateway.config_print import EXAMPLE, markdown
+from gateway.config import options as config
+from gateway.config import resolve as config_resolve
+from gateway.config.printing import EXAMPLE, markdown
 from gateway_harness import ROOT, judged
 
 UPSTREAM_SECRET = "upstream-secret-value-4f1c"
@@ -114,10 +115,10 @@ def test_print_config_of_a_bad_configuration_is_its_problems():
 
 
 def test_the_docs_option_table_is_what_the_declarations_write():
-    """docs/configuration.md is `python -m gateway.config_print`'s output: every option, its
+    """docs/configuration.md is `python -m gateway.config.printing`'s output: every option, its
     variable, key, default and help, from the one declaration."""
     with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as fh:
-        assert fh.read() == markdown(), "run: python -m gateway.config_print > docs/configuration.md"
+        assert fh.read() == markdown(), "run: python -m gateway.config.printing > docs/configuration.md"
     for opt in config.OPTIONS:
         assert f"| `{opt.flag} " in markdown() and f"`{opt.env}`" in markdown()
 
@@ -131,7 +132,7 @@ def test_the_docs_example_loads(tmp_path):
 
 def test_print_config_stands_without_check():
     """The two modules import one way only: --check prints through config_print, never back."""
-    result = subprocess.run([sys.executable, "-c", "import sys, gateway.config_print; "
-                             "print('gateway.config_check' in sys.modules)"],
+    result = subprocess.run([sys.executable, "-c", "import sys, gateway.config.printing; "
+                             "print('gateway.config.check' in sys.modules)"],
                             cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr

@@ -1,5 +1,5 @@
-"""`[network.authentication.jwt]` in the configuration (gateway/config_authentication.py,
-gateway/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per mistake;
+"""`[network.authentication.jwt]` in the configuration (gateway/config/authentication.py,
+gateway/config/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per mistake;
 --print-config shows the table and never the key; and the door's verifier with each kind of
 key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
 
@@ -12,7 +12,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from gateway import config, config_resolve, jwt_keys
+from gateway.config import options as config
+from gateway.config import resolve as config_resolve
+from gateway.config import jwt_keys
 from gateway.worker.door.bearer_jwt import JwtVerifier
 from gateway_harness import judged, running_gateway
 from jwt_tokens import KeyPair, jwt_table

@@ -3,14 +3,15 @@
 An option that would take no effect is refused (exit 2, one line naming it), as
 --client-request-burst without a rate always was: a value accepted and ignored is a mistake
 the operator cannot see. The rules and the environment's names come from the options' one
-declaration (gateway/config.py), so a new option gets them without a line here.
+declaration (gateway/config/options.py), so a new option gets them without a line here.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from gateway import config_reload, config_resolve
+from gateway.config import reload as config_reload
+from gateway.config import resolve as config_resolve
 from gateway_harness import refused_start, start_refusal as refusal
 
 UPSTREAM = "http://127.0.0.1:9"

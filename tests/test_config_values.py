@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import config_values as values
+from gateway.config import values
 
 pytestmark = pytest.mark.unit
 

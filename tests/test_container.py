@@ -194,7 +194,7 @@ def test_image_holds_the_gateway_and_nothing_of_tests(image):
     user, entrypoint, healthcheck, size = config.strip().split("|")
     assert user == "%d:%d" % dockerfile_user()
     assert entrypoint == "[tini -- mur-gateway]"
-    assert "gateway.healthcheck" in healthcheck  # kept: built in docker format
+    assert "gateway.commands.healthcheck" in healthcheck  # kept: built in docker format
     print(f"image {image}: {int(size) / 1e6:.1f} MB")
     ours = sorted({"loadtest", "RESULTS.md", ".ci", ".dockerignore"}
                   | {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "tests", "*.py"))})
@@ -295,12 +295,12 @@ def test_podman_kill_leaves_nothing_running(image):
 
 
 def test_healthcheck_follows_the_bind_it_is_given(tmp_path):
-    """gateway/healthcheck.py on its own, against a gateway on this machine: ready is 0,
+    """gateway/commands/healthcheck.py on its own, against a gateway on this machine: ready is 0,
     nothing listening is 1 with one line saying why."""
     def check(port: int) -> subprocess.CompletedProcess:
         env = {**os.environ, "MUR_GATEWAY_BIND": f"0.0.0.0:{port}"}
         env.pop("MUR_GATEWAY_CONFIG", None)
-        return subprocess.run([sys.executable, "-m", "gateway.healthcheck"], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "gateway.commands.healthcheck"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=30)
 
     with running_gateway(tmp_path=tmp_path) as gw:

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from gateway.control import Op, call_blocking
+from gateway.common.control import Op, call_blocking
 from gateway.protocol.errors import TASK_NOT_FOUND, RpcError
 from gateway_harness import running_gateway
 from http_client import rpc, user_message

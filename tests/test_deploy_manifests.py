@@ -23,8 +23,9 @@ import tempfile
 import pytest
 import yaml
 
-from gateway import config as config_module, config_resolve
-from gateway import supervisor
+from gateway.config import options as config_module
+from gateway.config import resolve as config_resolve
+from gateway.supervisor import process as supervisor
 from doc_figures import figure_bytes
 from gateway_harness import (ROOT, dockerfile_user, running_gateway, session_memory, shm_bytes_per_gateway,
                              wait_for)

@@ -236,7 +236,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
 
     import httpx
 
-    from gateway.config_resolve import load
+    from gateway.config.resolve import load
     from gateway.worker.app import AttachmentEndpoint
     from gateway.worker.door import Door
     from gateway.worker.door.limits import ClientLimits

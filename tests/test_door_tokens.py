@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gateway.config import TokenRule
+from gateway.config.options import TokenRule
 from gateway.worker.door.auth import Door
 from gateway.worker.door.refusal import Refused
 

@@ -14,8 +14,10 @@ from collections import Counter
 import orjson
 import pytest
 
-from gateway import board, records, tuning
-from gateway.control import Op
+from gateway import tuning
+from gateway.common import board
+from gateway.common import records
+from gateway.common.control import Op
 from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.lag import LAG_LIMIT

@@ -30,7 +30,7 @@ import pytest
 import uvloop
 
 from gateway import tuning
-from gateway.config_found import somaxconn
+from gateway.config.found import somaxconn
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.worker.http import accept
 from gateway_harness import running_gateway, wait_for

@@ -1,4 +1,4 @@
-"""Reload by SIGHUP (gateway/config_reload.py, gateway/worker/reload.py), end to end: a removed
+"""Reload by SIGHUP (gateway/config/reload.py, gateway/worker/reload.py), end to end: a removed
 token's open stream and one whose token lost the method's scope end after a whole event,
 another token's stream keeps reading with nothing missed, the new token works, new limits
 apply, restart-only settings are named and left, and a broken file leaves everything as it
@@ -153,8 +153,8 @@ def test_a_worker_booting_while_a_reload_lands_applies_it(tmp_path):
 
 
 def test_reread_names_restart_only_settings(tmp_path):
-    from gateway.config_resolve import load
-    from gateway.config_reload import reread
+    from gateway.config.resolve import load
+    from gateway.config.reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text(token_table(BEFORE))
@@ -173,8 +173,8 @@ def test_reread_keeps_the_doors_kind_as_it_started(tmp_path):
     """Public to tokens, or back, needs a restart (the card, the watch page and the open
     streams were made for the door it started with): the tokens stay as they run, the other
     reloadable settings apply, and the door is named among the restart-only settings."""
-    from gateway.config_resolve import load
-    from gateway.config_reload import reread
+    from gateway.config.resolve import load
+    from gateway.config.reload import reread
 
     door = tmp_path / "door.toml"
     door.write_text("")

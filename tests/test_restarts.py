@@ -1,10 +1,10 @@
-"""The restart policy (gateway/restarts.py) as data: the waits it gives for a slot's deaths."""
+"""The restart policy (gateway/supervisor/restarts.py) as data: the waits it gives for a slot's deaths."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.restarts import FIRST_DELAY, MAX_DELAY, QUICK_DEATH_SECONDS, SERVED_SECONDS, Backoff
+from gateway.supervisor.restarts import FIRST_DELAY, MAX_DELAY, QUICK_DEATH_SECONDS, SERVED_SECONDS, Backoff
 
 pytestmark = pytest.mark.unit
 

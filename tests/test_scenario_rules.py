@@ -19,7 +19,7 @@ import hashlib
 
 import pytest
 
-from gateway.capsule.scripts import SCREENSHOT
+from gateway.sequencer.capsule.scripts import SCREENSHOT
 from gateway_harness import GatewayOptions
 from http_client import Http, rpc, user_message
 from sse_reading import describe, item, send, task_events, task_id_of, watch

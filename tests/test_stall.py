@@ -1,6 +1,6 @@
 """A stuck worker is replaced; a stopped one, and a busy one starved of the CPU, are left alone.
 
-The workers run with the test-only hook of gateway/stall.py (MURGW_TEST_HANG_ON_SIGUSR1):
+The workers run with the test-only hook of gateway/common/stall.py (MURGW_TEST_HANG_ON_SIGUSR1):
 SIGUSR1 blocks the worker's event loop forever, in read(2) or in an endless Python loop, or
 keeps it busy for a few long callbacks. A worker is starved by pinning it to one CPU beside
 busy-looping processes (hogs) pinned there too: it then waits on the run queue most of the
@@ -20,8 +20,9 @@ import urllib.request
 
 import pytest
 
-from gateway import board, procstat
-from gateway.stall import (BUSY_CPU_SECONDS, BUSY_TURNS, STARTUP_SECONDS, TEST_HANG_ENV,
+from gateway.common import board
+from gateway.common import procstat
+from gateway.common.stall import (BUSY_CPU_SECONDS, BUSY_TURNS, STARTUP_SECONDS, TEST_HANG_ENV,
                            StallWatch, stood_still_for)
 from gateway_harness import running_gateway, stopped, wait_for
 from http_client import Http, headers_for, rpc_body

@@ -13,7 +13,7 @@ import itertools
 import orjson
 import pytest
 
-from gateway import records
+from gateway.common import records
 from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response

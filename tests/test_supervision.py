@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gateway.capacity import FD_RESERVE
+from gateway.config.capacity import FD_RESERVE
 from gateway.worker.process import TEST_EXIT_ENV
 from gateway_harness import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
 from tls_support import Certificates
@@ -151,7 +151,7 @@ def test_the_banner_says_what_the_gateway_is(tmp_path):
 
 def test_a_worker_that_dies_at_start_is_restarted_after_a_growing_wait(tmp_path):
     """A child that dies within a second of its start is restarted after 0.25 s, then 0.5,
-    1, 2 ... (gateway/restarts.py): each death logged with its wait and counted, and the
+    1, 2 ... (gateway/supervisor/restarts.py): each death logged with its wait and counted, and the
     supervisor idle between restarts, not respawning every watch turn."""
     with running_gateway(workers=1, metrics=True, ready=None, tmp_path=tmp_path,
                          env={TEST_EXIT_ENV: "1"}) as gw:

@@ -1,4 +1,4 @@
-"""deploy/systemd/ and the readiness protocol the unit relies on (gateway/sd_notify.py).
+"""deploy/systemd/ and the readiness protocol the unit relies on (gateway/supervisor/sd_notify.py).
 
 The unit passes `systemd-analyze verify` (a copy whose ExecStart names a binary that exists
 here, since verify refuses a command it cannot find), and its environment file names only
@@ -22,8 +22,8 @@ import urllib.request
 
 import pytest
 
-from gateway import capacity
-from gateway import config as config_module
+from gateway.config import capacity
+from gateway.config import options as config_module
 from gateway_harness import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
 
 SYSTEMD = os.path.join(ROOT, "deploy", "systemd")
@@ -67,7 +67,7 @@ def test_the_unit_is_notify_reload_checks_first_and_drops_privileges():
     assert directives("ExecReload") == [f"{INSTALLED} --check", "/bin/kill -HUP $MAINPID"]
     for setting in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "PrivateTmp=yes"):
         assert re.search(rf"^{setting}$", unit_text(), re.MULTILINE), setting
-    # The comment's arithmetic is gateway/capacity.py's: the limit less its reserve, a worker's
+    # The comment's arithmetic is gateway/config/capacity.py's: the limit less its reserve, a worker's
     # connections, and the memory at which the memory share allows as many.
     nofile = int(directives("LimitNOFILE")[0])
     per_worker = nofile - capacity.FD_RESERVE

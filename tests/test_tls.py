@@ -99,14 +99,14 @@ def test_certificate_from_environment_is_checked(certs):
 
 
 def mur_watch(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gateway.watch", "watch", *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "gateway.watch.client", "watch", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_mur_watch_over_https_with_cacert(certs, tmp_path):
     with running_gateway(*certs.args, tls=certs.client_context(), workers=1) as gw:
         address = f"https://127.0.0.1:{gw.port}"
-        refused = subprocess.run([sys.executable, "-m", "gateway.watch", "watch", address], cwd=ROOT,
+        refused = subprocess.run([sys.executable, "-m", "gateway.watch.client", "watch", address], cwd=ROOT,
                                  capture_output=True, text=True, timeout=30)
         assert refused.returncode == 2 and "certificate verify failed" in refused.stderr, refused.stderr
         watcher = mur_watch(address, "--cacert", certs.cafile)
@@ -131,13 +131,13 @@ def test_mur_watch_over_https_with_cacert(certs, tmp_path):
 
 
 def test_mur_watch_cacert_that_does_not_exist(certs):
-    done = subprocess.run([sys.executable, "-m", "gateway.watch", "watch", "https://127.0.0.1:1",
+    done = subprocess.run([sys.executable, "-m", "gateway.watch.client", "watch", "https://127.0.0.1:1",
                            "--cacert", "/nonexistent/ca.pem"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and done.stderr.startswith("mur watch: --cacert /nonexistent/ca.pem:"), done.stderr
 
 
 def test_certificate_options_from_every_source(certs, tmp_path):
-    from gateway.config_resolve import load
+    from gateway.config.resolve import load
 
     toml = tmp_path / "tls.toml"
     toml.write_text(f'certfile = "{certs.certfile}"\nkeyfile = "{certs.keyfile}"\n')

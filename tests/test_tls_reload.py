@@ -1,4 +1,4 @@
-"""Certificate rotation by SIGHUP (gateway/tls.py, config_reload.CERTIFICATE), end to end: the
+"""Certificate rotation by SIGHUP (gateway/config/tls.py, config_reload.CERTIFICATE), end to end: the
 pair rewritten in place, a new TLS connection sees the new notAfter, a stream opened before
 keeps reading with nothing missed, the expiry gauge follows; a pair that does not load
 rejects the reload: nothing changes, and the log says why."""

@@ -1,4 +1,4 @@
-"""`mur-gateway token new` (gateway/token_command.py): the entry it prints loads as the config
+"""`mur-gateway token new` (gateway/commands/token.py): the entry it prints loads as the config
 file's tokens do, and the token it printed once authenticates against a real gateway with
 exactly the scopes asked for; bad scopes are refused, exit 2. `--expires` is read as the
 file's `expires` is and printed as its line; a bad or past one is refused, exit 2."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gateway.config_resolve import load
+from gateway.config.resolve import load
 from gateway_harness import ROOT, running_gateway
 from http_client import rpc
 

@@ -2,7 +2,7 @@
 
 A number defined again elsewhere would drift from the one beside its measurement; a change
 that breaks a relation (a piece the turn budget cannot hold, a coalescing cap the slow poll
-cuts short) stops the import, as gateway/board.py does for the ring's.
+cuts short) stops the import, as gateway/common/board.py does for the ring's.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def test_each_number_is_defined_only_in_tuning():
 
 
 def test_the_moved_numbers_are_the_ones_their_users_read():
-    from gateway import stall, supervisor
+    from gateway.common import stall
+    from gateway.supervisor import process as supervisor
     from gateway.worker import collector, door, reload
     from gateway.worker.delivery import window
 

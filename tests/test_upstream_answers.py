@@ -309,7 +309,7 @@ def test_a_link_token_the_upstream_refuses_is_worded_for_bs_client(tmp_path):
 def test_an_upstream_error_code_is_relayed_only_when_it_is_one_of_ours_as_an_integer(code, relayed_as):
     """A float or text code would reach the client as a non-integer code and miss every
     murgw_jsonrpc_errors_total label."""
-    from gateway.capsule.upstream_errors import relayed
+    from gateway.sequencer.capsule.upstream_errors import relayed
     from gateway.protocol.errors import RpcError
 
     with pytest.raises(RpcError) as raised:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from gateway.capsule.resume import RESTARTED, SKIP, Resume
+from gateway.sequencer.capsule.resume import RESTARTED, SKIP, Resume
 from gateway_harness import ROOT, front_of, running_gateway, scrape, token_table, upstream_ready, wait_for
 from http_client import Http, problem_detail, rpc, user_message
 from sse_reading import SSEStream, WATCH, is_terminal_event, item, task_id_of, watching_b_after_a_burst

@@ -1,6 +1,6 @@
 """`mur watch` end to end: the real command against the real gateway, and a fake server.
 
-Each test runs `python -m gateway.watch watch ADDRESS` as a subprocess, drives the gateway
+Each test runs `python -m gateway.watch.client watch ADDRESS` as a subprocess, drives the gateway
 with JSON-RPC calls, and asserts the exact stdout, stderr and exit status the spec's table
 "What `mur watch` implements" gives. The fake server writes what no real capsule writes
 yet (unknown members, frames and keys) and the refusals the gateway never answers to mur.
@@ -55,7 +55,7 @@ class Mur:
 
     def __init__(self, address: str, *args: str, env: dict | None = None):
         self.address = address
-        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.watch", "watch", address, *args], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "gateway.watch.client", "watch", address, *args], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env={**os.environ, **(env or {})})
         self.out_fd, self.err_fd = self.proc.stdout.fileno(), self.proc.stderr.fileno()

@@ -199,7 +199,8 @@ def test_page_headers_and_watch_page_off(tmp_path):
 
 
 def test_watch_page_option_from_every_source(tmp_path):
-    from gateway import config, config_resolve
+    from gateway.config import options as config
+    from gateway.config import resolve as config_resolve
 
     toml = tmp_path / "page.toml"
     toml.write_text("watch-page = false\n")

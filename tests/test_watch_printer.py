@@ -6,7 +6,7 @@ import orjson
 from gateway.protocol import events
 from gateway.protocol.parser import SSEEvent
 from gateway.protocol.states import COMPLETED, FAILED, INPUT_REQUIRED, REJECTED, WORKING
-from gateway.watch_printer import STDERR, STDOUT, WatchPrinter
+from gateway.watch.printer import STDERR, STDOUT, WatchPrinter
 
 pytestmark = pytest.mark.unit
 

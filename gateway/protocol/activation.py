@@ -21,7 +21,7 @@ LIST_TASKS = "ListTasks"
 CANCEL_TASK = "CancelTask"
 STOP_SESSION = "murmur.StopSession"
 GET_EXTENDED_AGENT_CARD = "GetExtendedAgentCard"
-# Every method the gateway serves, the names a token's scopes may hold (config_authentication.py checks them).
+# Every method the gateway serves, the names a token's scopes may hold (config/authentication.py checks them).
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
            LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
 

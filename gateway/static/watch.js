@@ -1,5 +1,5 @@
 // The live watch page: murmur.WatchSession over a streaming fetch, shown the way `mur watch`
-// prints it (gateway/watch_printer.py). Protocol: https://docs.murmur.nexus/reference/streaming-protocol/
+// prints it (gateway/watch/printer.py). Protocol: https://docs.murmur.nexus/reference/streaming-protocol/
 // Every piece of content comes from tasks and is untrusted: it only ever reaches the page as
 // textContent or a Text node, never as HTML. The token, when the door asks for one, lives in
 // this script's memory only (no storage, no cookie, no URL).

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.config import Config
-from gateway.control import ControlClient
-from gateway.metrics import Counters
+from gateway.config.options import Config
+from gateway.common.control import ControlClient
+from gateway.common.metrics import Counters
 from gateway.worker.access_log import AccessLog
 from gateway.worker.attachments import AttachmentEndpoint
 from gateway.worker.card import CardRoute

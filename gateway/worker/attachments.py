@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import re
 
-from gateway.control import ControlClient, Op
-from gateway.metrics import Counters
+from gateway.common.control import ControlClient, Op
+from gateway.common.metrics import Counters
 from gateway.protocol.activation import GET_TASK
 from gateway.protocol.errors import RpcError
 from gateway.worker.access_log import exchange_of

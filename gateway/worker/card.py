@@ -12,9 +12,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.config import Config
-from gateway.control import ControlClient, Op
-from gateway.metrics import Counters
+from gateway.config.options import Config
+from gateway.common.control import ControlClient, Op
+from gateway.common.metrics import Counters
 from gateway.protocol import events
 from gateway.protocol.errors import RpcError
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI

@@ -26,9 +26,9 @@ from typing import Callable
 
 import orjson
 
-from gateway.config import Config, TokenRule
-from gateway.control import ControlClient, Op
-from gateway.metrics import Counters
+from gateway.config.options import Config, TokenRule
+from gateway.common.control import ControlClient, Op
+from gateway.common.metrics import Counters
 from gateway.protocol import activation, sse
 from gateway.protocol.activation import (CANCEL_TASK, GET_TASK, LIST_TASKS, METHODS, SEND_MESSAGE,
                                          STOP_SESSION)

@@ -27,9 +27,9 @@ import time
 
 import orjson
 
-from gateway.config import Config, TokenRule
-from gateway.control import ControlClient, Op
-from gateway.metrics import Counters
+from gateway.config.options import Config, TokenRule
+from gateway.common.control import ControlClient, Op
+from gateway.common.metrics import Counters
 from gateway.protocol import activation, events, sse
 from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_SESSION
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay

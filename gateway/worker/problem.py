@@ -8,7 +8,7 @@ built here: `content-type: application/problem+json`, and
 The attachment endpoint's 404 and 405 stay empty, as the protocol's table says.
 
 The reason phrase is RFC 9110's, the same one the status line carries. Which refusals count,
-and under which `reason`, is gateway/metrics.py's (`REFUSAL_REASONS`).
+and under which `reason`, is gateway/common/metrics.py's (`REFUSAL_REASONS`).
 """
 
 from __future__ import annotations

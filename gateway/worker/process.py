@@ -13,12 +13,13 @@ import signal
 import socket
 import sys
 
-from gateway import logs, stall
-from gateway.board import Role
-from gateway.config import Config
+from gateway import logs
+from gateway.common import stall
+from gateway.common.board import Role
+from gateway.config.options import Config
 from gateway.tuning import BALANCE_SLACK
-from gateway.control import ControlClient
-from gateway.metrics import Counters
+from gateway.common.control import ControlClient
+from gateway.common.metrics import Counters
 from gateway.worker import collector, hypercorn, reload
 from gateway.worker.app import create_app
 from gateway.worker.malloc_trim import Trimmer

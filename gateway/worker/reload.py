@@ -11,16 +11,18 @@ whole events it has written, with no frame of its own (docs/operations.md, "Relo
 So such a stream ends within one heartbeat interval of the reload. Streams of every other
 token go on untouched, missing nothing. When the supervisor found the certificate pair
 loadable again (config_reload.CERTIFICATE), the worker loads it into its serving context:
-new handshakes get it, open connections keep theirs (gateway/tls.py).
+new handshakes get it, open connections keep theirs (gateway/config/tls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway import config_reload, logs, tls
-from gateway.config import Config
-from gateway.control import Op
+from gateway import logs
+from gateway.config import reload as config_reload
+from gateway.config import tls
+from gateway.config.options import Config
+from gateway.common.control import Op
 from gateway.tuning import CHECKS_PER_HEARTBEAT
 
 log = logs.get("worker")

@@ -19,7 +19,7 @@ import enum
 from typing import TYPE_CHECKING, Callable
 
 from gateway import logs
-from gateway.control import EVERY_TASK, ControlClient, Op
+from gateway.common.control import EVERY_TASK, ControlClient, Op
 from gateway.worker.delivery.sink import Sink
 from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, GOES_ON, OPENED, OPENING,
                                             PARKED, Delivery, Stream)

@@ -18,7 +18,7 @@ queue and writes only its heartbeat, and live events for a replaying stream wait
 replay. Every delivery metric is counted here: each stream's own walk from the notes its
 delivery returns, shared batches once per batch and pass (`Window.taken`).
 
-Progress: besides the stall pulse's timer (gateway/stall.py), the hub bumps the worker's
+Progress: besides the stall pulse's timer (gateway/common/stall.py), the hub bumps the worker's
 beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
 """
@@ -32,8 +32,8 @@ from collections import deque
 from typing import Callable
 
 from gateway import logs, tuning
-from gateway.control import ControlClient
-from gateway.metrics import Counters
+from gateway.common.control import ControlClient
+from gateway.common.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.delivery.catchup import CatchUp
 from gateway.worker.delivery.drivers import PARK, Drivers, Served
@@ -112,7 +112,7 @@ class Hub(Drivers):
     # --- the pass ---
 
     def _progress(self) -> None:
-        """The worker is writing: its beat word moves (gateway/stall.py)."""
+        """The worker is writing: its beat word moves (gateway/common/stall.py)."""
         self.board.beat(self.index)
 
     def _pass(self, keys: set[int]) -> None:

@@ -9,7 +9,7 @@ record once into the window (`copy`) and hands the pass (hub.py) the keys of wha
 `Hub.reading_point`), and runs no pass: the copy is owed to the other streams, and the pass
 due next (scheduled then) writes it to them, once a turn, not once an opening.
 
-Wake-up protocol (the armed words, gateway/board.py): before sleeping the worker sets its
+Wake-up protocol (the armed words, gateway/common/board.py): before sleeping the worker sets its
 armed word and re-reads the head; the sequencer sends one byte only to armed workers. x86-64
 may reorder a store before a later load (store buffering), so an armed flag and a head
 published at the same instant can miss each other: a slow poll (`tuning.POLL_SECONDS`)
@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from gateway import tuning
-from gateway.board import Board
+from gateway.common.board import Board
 from gateway.worker.delivery.coalesce import next_delay
 from gateway.worker.delivery.window import Window
 from shm import Ring

@@ -73,7 +73,7 @@ import enum
 
 import orjson
 
-from gateway import records
+from gateway.common import records
 from gateway.protocol import events, sse, states
 from gateway.protocol.lag import LAG_LIMIT, skip_lag
 from gateway.worker.delivery.window import PIECE_BYTES, Entry, Replay, Window

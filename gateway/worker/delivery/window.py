@@ -25,7 +25,7 @@ Nothing here does I/O or counts a metric: a `Batch` only records how many stream
 
 from __future__ import annotations
 
-from gateway import records
+from gateway.common import records
 from gateway.protocol import sse
 from gateway.tuning import MAX_BATCHES, MAX_CACHED_JOINS, PIECE_BYTES
 

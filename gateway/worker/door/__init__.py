@@ -16,7 +16,7 @@
 The names the worker's app uses are gathered here.
 """
 
-from gateway.control import Caller
+from gateway.common.control import Caller
 from gateway.worker.door.admission import PROBE_PATHS, PROBES_IN_FLIGHT, Admission
 from gateway.worker.door.asgi_http import BODY_KEY, CLOSE, JSON_HEAD, NOSNIFF, RETRY_AFTER, respond, respond_bytes
 from gateway.worker.door.auth import Door

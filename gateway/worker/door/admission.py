@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.config import Config
-from gateway.metrics import Counters
+from gateway.config.options import Config
+from gateway.common.metrics import Counters
 from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
 from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER

@@ -15,9 +15,9 @@ import hmac
 import time
 
 from gateway import logs
-from gateway.config import Config, TokenRule
-from gateway.config_authentication import JwtRule
-from gateway.control import EVERY_TASK, Caller
+from gateway.config.options import Config, TokenRule
+from gateway.config.authentication import JwtRule
+from gateway.common.control import EVERY_TASK, Caller
 from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.door.refusal import Refused
 

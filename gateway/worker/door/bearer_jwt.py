@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import jwt
 
-from gateway.config import Jwt
-from gateway.config_authentication import SCOPES, JwtRule
-from gateway.jwt_keys import verifying_key
+from gateway.config.options import Jwt
+from gateway.config.authentication import SCOPES, JwtRule
+from gateway.config.jwt_keys import verifying_key
 
 MAX_SUBJECT = 256
 MAX_SCOPE_WORDS = 64

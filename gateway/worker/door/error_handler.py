@@ -8,7 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.metrics import Counters
+from gateway.common.metrics import Counters
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused
 
 

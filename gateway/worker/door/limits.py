@@ -1,6 +1,6 @@
 """The door's per-client and per-token limits, as a worker applies them.
 
-The counts live in the sequencer (gateway/client_ledger.py), exact across workers; this asks
+The counts live in the sequencer (gateway/sequencer/client_ledger.py), exact across workers; this asks
 it, and only when a limit is set, so with every limit at 0 a request costs no call at all.
 
 - `check_rate`: one request from the client's token bucket (--client-request-rate, -burst),
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gateway.config import Config, TokenRule
-from gateway.config_found import request_burst
-from gateway.control import ControlClient, Op
+from gateway.config.options import Config, TokenRule
+from gateway.config.found import request_burst
+from gateway.common.control import ControlClient, Op
 from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.asgi_http import RETRY_AFTER
 from gateway.worker.door.refusal import Refused

@@ -2,7 +2,7 @@
 
 A `Refused` is an HTTP status and problem details (problem.py) saying why. Where it counts
 is decided when it is made: a door refusal in murgw_requests_refused_total{reason} (the
-reasons are gateway/metrics.py's `REFUSAL_LABELS`), a per-client or per-token limit's 429 in
+reasons are gateway/common/metrics.py's `REFUSAL_LABELS`), a per-client or per-token limit's 429 in
 murgw_requests_limited_total{limit} (limits.py), and the gateway's own trouble (an
 unreachable sequencer or upstream, made with `counted=False`) or a 500 nowhere. `refuse`
 counts it as it is sent, over raw ASGI; `response` hands the same refusal to Starlette (a
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from gateway.metrics import AMBIGUOUS, REFUSAL_REASONS, Counters
+from gateway.common.metrics import AMBIGUOUS, REFUSAL_REASONS, Counters
 from gateway.worker.door.asgi_http import respond_bytes
 from gateway.worker.door.head import AMBIGUITIES
 from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body

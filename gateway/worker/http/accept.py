@@ -53,7 +53,7 @@ class BurstServer:
         # Each connection starts with the worker's own front (gateway/worker/http/front.py),
         # which hands it to hypercorn's protocol only for HTTP/2
         self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
-        self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/tls.py)
+        self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/config/tls.py)
         self._fd = sock.fileno()
         # What each accepted socket is made as, read once as plain ints: socket.accept() reads
         # the listener's family and type through their IntEnum properties for every connection

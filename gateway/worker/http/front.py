@@ -41,7 +41,7 @@ import asyncio
 from functools import partial
 
 from gateway import logs
-from gateway.config import Config
+from gateway.config.options import Config
 from gateway.tuning import KEEP_ALIVE_REQUESTS
 from gateway.worker.door import BODY_KEY
 from gateway.worker.door.head import raw_problem

@@ -21,7 +21,7 @@ import re
 
 import httptools
 
-from gateway.config import Config
+from gateway.config.options import Config
 from gateway.worker.door.head import (CRLF, authorization_problem, framing_problem, origin_form, raw_problem,
                                       request_problem)
 

@@ -7,7 +7,7 @@ follows (patches.py's table) and installs its replacements where they hold. Wher
 rows moved, the gateway stops offering HTTP/2, with one warning naming the rows: no `h2` in
 ALPN, no prior knowledge (a stalled HTTP/2 stream would buffer without bound). `run` is
 uvloop with http/accept.py's burst-accepting loop; `serve` is hypercorn's own serve with the
-gateway's settings (TLS too: gateway/tls.py).
+gateway's settings (TLS too: gateway/config/tls.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import uvloop
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from gateway import logs, tls
-from gateway.config import Config
-from gateway.config_found import effective_listen_backlog
+from gateway import logs
+from gateway.config import tls
+from gateway.config.options import Config
+from gateway.config.found import effective_listen_backlog
 from gateway.worker.asgi_sink import sink_for
 from gateway.worker.http import accept, front
 from gateway.worker.hypercorn import patches

@@ -1,0 +1,1 @@
+"""The commands a person runs: `mur-gateway` (cli), `mur-gateway token new` and the container's health check."""
