@@ -1,4 +1,4 @@
-"""The door's fuzz suite at length: tests/test_fuzz.py with 10,000 cases (or --cases N).
+"""The door's fuzz suite at length: tests/e2e/test_fuzz.py with 10,000 cases (or --cases N).
 
 The suite is the one CI runs with a few hundred cases; this only raises the count and prints
 its report: cases tried, failures (hypothesis stops at the first and shrinks it), worker
@@ -26,7 +26,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         env = {**os.environ, "MURGW_FUZZ_CASES": str(args.cases), "MURGW_FUZZ_REPORT": report}
-        rc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_fuzz.py"], cwd=ROOT,
+        rc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/e2e/test_fuzz.py"], cwd=ROOT,
                             env=env).returncode
         result = {}
         if os.path.exists(report):

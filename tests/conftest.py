@@ -24,8 +24,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gateway_harness import GatewayOptions, running_gateway  # noqa: E402  (the path above first)
-from tls_support import Certificates  # noqa: E402
+from helpers.gateway_harness import GatewayOptions, running_gateway  # noqa: E402  (the path above first)
+from helpers.tls_support import Certificates  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ to the workers inside the configuration, the same bytes a reload checked (`key_p
 PyJWT and `cryptography` are imported only when a key is checked or prepared: a gateway
 without the table never loads them (about 11 MiB in each of its processes, RESULTS run 12),
 while the algorithm names, which every configuration's declarations read, are written here
-(tests/test_config_jwt.py keeps them equal to PyJWT's).
+(tests/e2e/test_config_jwt.py keeps them equal to PyJWT's).
 """
 
 from __future__ import annotations

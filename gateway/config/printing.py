@@ -7,7 +7,7 @@ comment, the values found at start (workers, connections, listen backlog) as com
 digests but never a token (`--upstream-token` is named, not shown), the JWT table's key file
 but never its key.
 
-``python -m gateway.config.printing`` writes docs/configuration.md (tests/test_config_check.py
+``python -m gateway.config.printing`` writes docs/configuration.md (tests/e2e/test_config_check.py
 checks the file is what this writes).
 """
 
@@ -126,7 +126,7 @@ INTRO = """\
 # Configuration
 
 <!-- Written by `python -m gateway.config.printing` from the options' declarations in
-gateway/config/options.py; tests/test_config_check.py checks this file is what it writes. -->
+gateway/config/options.py; tests/e2e/test_config_check.py checks this file is what it writes. -->
 
 Every option is a command-line flag, an environment variable and a key of the TOML file given
 with `--config` (or `MUR_GATEWAY_CONFIG`). The command line wins over the environment, which
@@ -182,7 +182,7 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-# docs/configuration.md's example (tests/test_config_check.py loads it).
+# docs/configuration.md's example (tests/e2e/test_config_check.py loads it).
 EXAMPLE = """\
 bind = "0.0.0.0:52222"
 max-streams-per-client = 8

@@ -67,7 +67,7 @@ def listening_socket(host: str, port: int, backlog: int, option: str = "bind") -
     One shared accept queue, not a SO_REUSEPORT socket per worker: reuseport balances new
     connections better (20/20 against 28/12 measured), but pins 1/N of them to a worker that
     is stopped or hung, where they wait; a shared queue lets the other workers take them
-    (tests/test_faults.py).
+    (tests/e2e/test_faults.py).
 
     `backlog` (--listen-backlog, net.core.somaxconn by default) is how many connections the
     kernel holds, handshake done, until a worker accepts one. Beyond it the kernel drops the

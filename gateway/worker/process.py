@@ -28,7 +28,7 @@ from shm import Ring
 from shm.segment import Handle
 
 # Test-only: a worker started with this set in its environment exits at once, as one whose
-# start fails would (tests/test_supervision.py: the supervisor's restart backoff).
+# start fails would (tests/e2e/test_supervision.py: the supervisor's restart backoff).
 TEST_EXIT_ENV = "MURGW_TEST_WORKER_EXITS_AT_START"
 
 async def run(config: Config, index: int, listener: socket.socket, ring_segment: Handle,

@@ -11,7 +11,7 @@ protocol alone (`send`, `throw`).
 
 The eager part runs with no current task: it must not use `asyncio.timeout` (the front hands
 the app its body whole, so the body timer is not reached) or anything else that asks for one
-(tests/test_front_requests.py runs the real openings through it, and fails if one does).
+(tests/e2e/test_front_requests.py runs the real openings through it, and fails if one does).
 Python 3.12's `asyncio.eager_task_factory` would give it a task; the gateway runs on 3.11, so
 the shim stays.
 Once it waits, the rest runs in a task that waits on the very future the coroutine yielded,

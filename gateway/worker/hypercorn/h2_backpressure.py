@@ -11,7 +11,7 @@ without bound, and the stream never falls behind, so it never lags (gateway/work
 Here `pop` releases the pusher only when what is left is under the low-water mark: a stream
 whose window is shut holds at most about 32 KiB plus one send, its ASGI send waits, its cursor
 stays behind and it lags exactly as an HTTP/1.1 stream with a full socket buffer does
-(tests/test_http2.py). A row of the adapter's patch table (patches.py), installed only on the
+(tests/e2e/test_http2.py). A row of the adapter's patch table (patches.py), installed only on the
 pinned hypercorn.
 
 A stream whose client leaves (its `RST_STREAM`, a GOAWAY, the connection's FIN or reset) must
@@ -19,7 +19,7 @@ not stay in that wait: hypercorn closes the stream (the app reads `http.disconne
 its buffer, so a `push` waiting for a window that will never open waited for ever, holding the
 stream's coroutine, its place and its buffer. `close_stream` closes the buffer with the stream:
 the waiting `push` returns, the next raises inside hypercorn (answered as a closed stream), the
-sink sees its client gone, and the sending task drops the buffer (tests/test_hostile_h2.py).
+sink sees its client gone, and the sending task drops the buffer (tests/e2e/test_hostile_h2.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. 
 the front's, gateway/worker/http/front.py: no row.) The two rows with no guarantee are
 http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
 implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back
-from them, so only tests/test_hypercorn_adapter.py checks them (`internals_problem`).
+from them, so only tests/e2e/test_hypercorn_adapter.py checks them (`internals_problem`).
 
 A row whose attribute is set on each instance (not the class) names the method whose code
 sets it (`named_in`): the check is that the method's code still names the attribute.

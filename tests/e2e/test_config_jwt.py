@@ -1,0 +1,168 @@
+"""`[network.authentication.jwt]` in the configuration (gateway/config/authentication.py,
+gateway/config/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per mistake;
+--print-config shows the table and never the key; and the door's verifier with each kind of
+key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
+
+from __future__ import annotations
+
+import time
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from gateway.config import options as config
+from gateway.config import resolve as config_resolve
+from gateway.config import jwt_keys
+from gateway.worker.door.bearer_jwt import JwtVerifier
+from helpers.gateway_harness import judged, running_gateway
+from helpers.jwt_tokens import KeyPair, jwt_table
+
+KEYS = KeyPair()
+WHERE = "config [network.authentication.jwt]"
+SECRET = b"a-shared-secret-of-at-least-32-bytes!!"
+
+
+def public_pem(private) -> bytes:
+    return private.public_key().public_bytes(serialization.Encoding.PEM,
+                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def problems(tmp_path, table: str) -> list[str]:
+    path = tmp_path / "gw.toml"
+    path.write_text(table)
+    return config_resolve.resolve(["--config", str(path)], environ={}).problems
+
+
+def key_file(tmp_path, content: bytes, name: str = "jwt.pem"):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def test_check_names_a_table_without_algorithms_and_a_key_that_does_not_fit(tmp_path):
+    """[claim: jwt-key-checked] As a real process: one line each, exit 2."""
+    key = key_file(tmp_path, KEYS.public_pem)
+    path = tmp_path / "gw.toml"
+    path.write_text(f'[network.authentication.jwt]\nkey_file = "{key}"\n')
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (f"mur-gateway: {WHERE}: algorithms is required (never taken from a "
+                             "token's header)\n")
+    path.write_text(jwt_table(key, '["RS256"]'))
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"mur-gateway: {WHERE} key_file: {key}: RS256 does not fit the file's key: ")
+    path.write_text(jwt_table(key))
+    assert judged("--check", "--config", str(path)).stdout == "configuration ok\n"
+
+
+P384 = public_pem(ec.generate_private_key(ec.SECP384R1()))
+
+
+@pytest.mark.parametrize("content, algorithms, problem", [
+    (KEYS.public_pem, '["HS256"]', "HS256 takes a shared secret, and the file holds a PEM key"),
+    (b"short-secret", '["HS256"]',
+     "HS256 takes a secret of at least 32 bytes (RFC 7518 section 3.2); the file holds 12"),
+    (SECRET, '["ES256"]', "ES256 takes a PEM public key (-----BEGIN PUBLIC KEY-----), and the file holds none"),
+    (P384, '["ES256"]', "ES256 does not fit the file's key: "),
+    (KEYS.private_pem, '["ES256"]', "the file holds a private key; give the gateway the public key only"),
+    (b"\n", '["ES256"]', "the file is empty"),
+])
+def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, content, algorithms, problem):
+    """[claim: jwt-key-checked]"""
+    key = key_file(tmp_path, content)
+    [line] = problems(tmp_path, jwt_table(key, algorithms))
+    assert line.startswith(f"{WHERE} key_file: {key}: {problem}")
+
+
+@pytest.mark.parametrize("table, problem", [
+    ('[network.authentication.jwt]\nalgorithms = ["ES256"]\n',
+     f"{WHERE}: key_file is required (the HS secret or the PEM public key)"),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["none"]\n',
+     f"{WHERE} algorithms: 'none' is a token without a signature, never accepted"),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = "ES256"\n',
+     f"{WHERE} algorithms: must be an array of algorithm names; it accepts a non-empty array of "),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES999"]\n',
+     f"{WHERE} algorithms: 'ES999' is not an algorithm; it accepts a non-empty array of "),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES256"]\naudiences = "x"\n',
+     "config [network.authentication.jwt] audiences: unknown setting; [network.authentication.jwt] "
+     "takes key_file, algorithms, issuer, audience"),
+    ('[network.authentication.jwt]\nkey_file = "NONE"\nalgorithms = ["ES256"]\n',
+     f"{WHERE} key_file: NONE: No such file or directory"),
+])
+def test_a_jwt_table_mistake_is_one_line(tmp_path, table, problem):
+    """[claim: jwt-key-checked]"""
+    key = key_file(tmp_path, KEYS.public_pem)
+    assert [line[:len(problem)] for line in problems(tmp_path, table.replace('"KEY"', f'"{key}"'))] == [problem]
+
+
+def test_print_config_shows_the_table_never_the_key_and_check_takes_it_back(tmp_path):
+    """[claim: jwt-key-checked]"""
+    key = key_file(tmp_path, SECRET * 2 + b"\n", "secret.key")  # 76 bytes: HS384 needs 48
+    path = tmp_path / "gw.toml"
+    path.write_text(jwt_table(key, '["HS256", "HS384"]', audience=False))
+    printed = judged("--print-config", "--config", str(path))
+    assert printed.returncode == 0, printed.stderr
+    table = printed.stdout.partition("[network.authentication.jwt]")[2]
+    assert f'key_file = "{key}"' in table and 'algorithms = ["HS256", "HS384"]' in table
+    assert 'issuer = "https://app.example"' in table and 'audience = ""' in table
+    assert SECRET.decode() not in printed.stdout
+    back = judged("--check", "--config", "/dev/stdin", stdin=printed.stdout)
+    assert (back.returncode, back.stdout) == (0, "configuration ok\n"), back.stderr
+
+
+def test_a_jwt_table_alone_opens_an_authenticated_door(tmp_path):
+    path = tmp_path / "gw.toml"
+    path.write_text(jwt_table(key_file(tmp_path, KEYS.public_pem)))
+    loaded = config_resolve.load(["--config", str(path)], environ={})
+    assert loaded.tokens == () and loaded.authenticated and loaded.jwt.algorithms == ("ES256",)
+    assert config.Config.from_dict(loaded.to_dict()) == loaded  # as the workers get it
+
+
+def verifier(key: bytes, algorithm: str) -> JwtVerifier:
+    return JwtVerifier(config.Jwt(key_file="k", algorithms=(algorithm,), key=key.decode("latin-1")))
+
+
+@pytest.mark.parametrize("algorithm", ["HS256", "RS256", "PS256", "EdDSA"])
+def test_each_kind_of_key_verifies_its_tokens_and_no_other(algorithm):
+    """[claim: jwt-verified]"""
+    if algorithm == "HS256":
+        signing, verifying = SECRET, SECRET
+    else:
+        signing = ed25519.Ed25519PrivateKey.generate() if algorithm == "EdDSA" else \
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        verifying = public_pem(signing)
+    door = verifier(verifying, algorithm)
+    claims = {"sub": "app", "scope": "ListTasks *", "exp": int(time.time()) + 60, "max_streams": 2}
+    rule = door.verify(jwt.encode(claims, signing, algorithm=algorithm))
+    assert (rule.name, rule.scopes, rule.max_streams, rule.expires) == ("app", ("ListTasks", "*"), 2,
+                                                                        claims["exp"])
+    assert door.verify(jwt.encode(claims, KEYS.private, algorithm="ES256")) is None
+    for bad in ({"max_streams": -1}, {"max_streams": True}, {"sub": ""}, {"sub": "x" * 257}, {"scope": ["*"]}):
+        assert door.verify(jwt.encode({**claims, **bad}, signing, algorithm=algorithm)) is None, bad
+
+
+def test_the_algorithm_names_are_pyjwts_less_none():
+    """jwt_keys writes the names out so that reading a configuration loads no PyJWT."""
+    assert set(jwt_keys.ALGORITHMS) == set(jwt.algorithms.get_default_algorithms()) - {"none"}
+
+
+def cryptography_mapped(pid: int) -> bool:
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as fh:
+        return "/cryptography/" in fh.read()
+
+
+def test_only_a_door_that_takes_jwts_loads_cryptography(tmp_path):
+    """PyJWT's cryptography costs each process about 11 MiB (RESULTS run 12): a gateway
+    without the JWT table maps none of it in any process; one with it, in its workers."""
+    with running_gateway(workers=1, tmp_path=tmp_path) as gw:
+        processes = [gw.pid, *gw.children()]
+        assert set(gw.worker_pids().values()) <= set(processes)
+        assert not any(cryptography_mapped(pid) for pid in processes)
+    path = tmp_path / "gw.toml"
+    path.write_text(jwt_table(key_file(tmp_path, KEYS.public_pem)))
+    with running_gateway("--config", str(path), workers=1, tmp_path=tmp_path) as gw:
+        assert all(cryptography_mapped(pid) for pid in gw.worker_pids().values())
