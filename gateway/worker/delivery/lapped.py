@@ -26,7 +26,8 @@ part of its range below theirs. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.worker.delivery.drivers import Served
