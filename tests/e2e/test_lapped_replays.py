@@ -99,7 +99,6 @@ def test_six_slow_replayers_a_lap_apart_are_held_to_the_budget():
             assert newest.frames[1]["frame"] == "gap"
             assert newest.ids == list(range(newest.frames[1]["firstAvailableId"], opened_at + 1))  # whole
             assert stream_ends(gateway, "lapped") == 5
-            assert stream_ends(gateway, "stalled") == 0
         finally:
             for reader in readers:
                 reader.close()

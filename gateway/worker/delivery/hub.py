@@ -76,6 +76,7 @@ class Hub(Drivers):
         self.replaying: set[Served] = set()
         self.lapped_budget = lapped_budget
         self._lapped_check: asyncio.TimerHandle | None = None
+        self._lapped_head = -1  # the head the last measure saw (`_bound_lapped`)
         # The app's bookkeeping when a stream is over (app.py): (served, reason), reason None
         # when it failed under it.
         self.on_end: Callable[[Served, str | None], None] = lambda served, reason: None
@@ -259,12 +260,15 @@ class Hub(Drivers):
     def _bound_lapped(self) -> None:
         """The lapped-replay budget (lapped.py), every LAPPED_CHECK_SECONDS while a replay is
         open: the lapped streams of the oldest views past it end now, reason "lapped" (one
-        whose client reads nothing has its connection cut at once)."""
+        whose client reads nothing has its connection cut at once). Views are lapped, and let
+        entries go, only as the head moves: a head the last measure saw is not measured again."""
         replaying = self.replaying
         for served in [served for served in replaying if served.stream.replay is None]:
             replaying.discard(served)  # its replay written whole: its view let go
-        for served in over_budget(replaying, self.window, self.lapped_budget):
-            self.end_stream(served, "lapped", cut_in=0)
+        if self.window.head != self._lapped_head:
+            self._lapped_head = self.window.head
+            for served in over_budget(replaying, self.window, self.lapped_budget):
+                self.end_stream(served, "lapped", cut_in=0)
         self._lapped_check = (self._loop.call_later(tuning.LAPPED_CHECK_SECONDS, self._bound_lapped)
                               if replaying else None)
 
