@@ -62,6 +62,17 @@ PIECES_PER_TURN_AT_LEAST = 8  # a budget that holds fewer would turn the loop fo
 # Heartbeats (gateway/worker/delivery/heartbeats.py): the one timer fires at most once a tick.
 HEARTBEAT_TICK_SECONDS = 0.01
 
+# The lapped-replay budget (gateway/worker/delivery/lapped.py): what replays the ring has lapped may
+# keep alive in a worker beyond its window, unless --max-lapped-replay-bytes says otherwise. One
+# window's worth at the ring's default arena (64 MiB, shm/ring.py): a worker holds at most two
+# windows of events whatever its replays do. Measured against: six replayers reading ~6 KB/s a
+# lap apart at --sim-load 50 --sim-load-size 50000 (a lap ~25 MB) held +186 MiB with no bound
+# (issue 47); each lapped view there is ~25 MB of events, so two of them fit. How often the hub
+# measures it while a replay is open: what it may pass the budget by is what the ring writes in
+# that time; a measurement walks only the entries it counts, so a bound chosen, not measured.
+LAPPED_REPLAY_BYTES = 64 << 20
+LAPPED_CHECK_SECONDS = 0.25
+
 # Accepting (gateway/worker/http/accept.py, the balance policy in worker/process.py).
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long

@@ -27,6 +27,7 @@ from gateway.config.values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostpor
                                    parse_positive_seconds, parse_secret, parse_text, parse_url,
                                    whole_number)
 from gateway.common.board import MAX_WORKERS
+from gateway.tuning import LAPPED_REPLAY_BYTES
 
 
 class ConfigError(ValueError):
@@ -182,6 +183,10 @@ class Config:
         32, whole_number(1, MAX_JSON_DEPTH), "LEVELS",
         "deepest nesting of a JSON-RPC request's arrays and objects (-32600 beyond)")
     max_rpc_id_chars: int = option(256, parse_positive_int, "CHARS", "longest JSON-RPC string id (-32600 beyond)")
+    max_lapped_replay_bytes: int = option(
+        LAPPED_REPLAY_BYTES, parse_positive_int, "BYTES",
+        "per worker: what replays the ring has lapped may keep alive beyond its window; past it, "
+        "the streams of the oldest lapped replays end (access reason lapped)")
     max_connections: int | None = option(
         None, parse_positive_int, "N",
         "requests in progress per worker, open streams included (503 with Retry-After beyond)",

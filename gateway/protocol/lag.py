@@ -8,7 +8,8 @@ the replay held." So a replay is the buffer as it was when the request was read,
 whole whatever the ring does next; only live events (those after the replay's highest id)
 ever count toward the 128, and only the oldest of them are lost. The worker keeps the
 replay's entries for as long as the stream owes them (gateway/worker/delivery/window.py,
-`Replay`; a replay that stalls is cut off, stream.py); this module is the rule for live events.
+`Replay`; what replays the ring has lapped keep alive is bounded per worker, delivery/lapped.py);
+this module is the rule for live events.
 
 A connection reads live events from a queue of LAG_LIMIT. When it is more than LAG_LIMIT
 events behind the head, it loses the oldest: its cursor jumps to LAG_LIMIT behind the

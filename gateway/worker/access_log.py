@@ -17,8 +17,8 @@ the token's `[[network.authentication.tokens]]` entry, or a JWT's `sub`: never t
 wrote, a replay's included), `bytes` (the SSE body bytes, without HTTP framing) and
 `reason`: `client_left`, `task_ended` (its task's final or input-required status), `session_closed`,
 `session_changed` (the ring began a new session), `revoked` (a reload took its token's right to it), `expired` (its token's
-`expires` or `exp` came), `stalled` (its replay's client read nothing while the ring lapped what it
-still owed: the stalled-replay rule, delivery/stream.py), `drain` (the gateway is stopping) or
+`expires` or `exp` came), `lapped` (the ring lapped its replay, and what lapped replays kept alive
+passed the worker's `--max-lapped-replay-bytes`: delivery/lapped.py), `drain` (the gateway is stopping) or
 `aborted` (the connection failed under it). A refusal whose status covers several causes adds
 `refusal`: a 401's `no token` (none, or another scheme) or `unknown token` (no rule matches,
 an expired token, a JWT that fails a check).

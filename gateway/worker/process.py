@@ -38,7 +38,8 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     ring = Ring.attach(ring_segment)
     counters = Counters.attach(counters_segment, Role.WORKER, index)
     control = ControlClient(control_path)
-    hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control)
+    hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control,
+              lapped_budget=config.max_lapped_replay_bytes)
 
     def busier() -> bool:
         """Whether this worker holds more than its share of streams: it then lets a sibling

@@ -31,8 +31,8 @@ def leave(sock: socket.socket, how: str) -> None:
 @pytest.mark.parametrize("sink", sorted(SINKS))
 def test_security_claim_a_watcher_that_stopped_reading_ends_when_it_leaves(tmp_path, sink, how):
     """[claim: client-leaves] The watcher's socket takes 4 KiB; it reads past its replay (a
-    replay that stops reading while the ring laps it is cut off: SECURITY.md, the stalled
-    replay), then stops; a witness on the same worker reads 1,000 events of 16 KiB (past every
+    replay the ring laps may be ended under the worker's lapped-replay budget: SECURITY.md),
+    then stops; a witness on the same worker reads 1,000 events of 16 KiB (past every
     buffer between the worker and the stalled watcher: tcp_wmem's 4 MiB at most, the
     transport's), so the stalled stream's send waits; then it leaves, and its place is freed
     and its end logged."""

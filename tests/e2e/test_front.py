@@ -35,6 +35,15 @@ SMUGGLED = {
 }
 
 
+# Numbers from the wire too long to convert: h11 refuses both (`bad Content-Length`, `illegal
+# chunk header`), and so does the front, before it converts them (head_checks.py, body.py).
+TOO_LONG = {
+    "a Content-Length of 4,301 digits": HEAD + b"Content-Length: " + b"0" * 4300 + b"2\r\n\r\n{}",
+    "a chunk size of 21 hexadecimal digits": HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+    + b"0" * 20 + b"2\r\n{}\r\n0\r\n\r\n",
+}
+
+
 @pytest.fixture(scope="module")
 def gateway_options():
     return GatewayOptions("--header-timeout", "60", workers=1)
@@ -46,6 +55,18 @@ def test_an_ambiguous_request_is_refused_400_and_closed(gateway, case):
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"\r\nconnection: close" in head, raw
     assert b'"status":400' in body and b"text/event-stream" not in raw
+
+
+@pytest.mark.parametrize("case", TOO_LONG, ids=list(TOO_LONG))
+def test_a_number_too_long_to_convert_is_refused_400_and_closed(gateway, case):
+    """No input raises: the front answers 400 with problem details and closes, as it answers
+    other bad framing, and the worker logs no error or traceback for it."""
+    raw = until_close(gateway.port, TOO_LONG[case])
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"\r\nconnection: close" in head, raw[:300]
+    assert b'"status":400' in body
+    assert "Traceback" not in gateway.stderr()
+    assert not [line for line in gateway.logs() if line.get("level") in ("error", "critical")]
 
 
 def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):

@@ -251,3 +251,16 @@ def test_an_eof_after_a_head_and_part_of_its_body_ends_the_request_at_once(tmp_p
             sock.shutdown(socket.SHUT_WR)
             healthz, rest = read_answer(sock)
             assert healthz.startswith(b"HTTP/1.1 200 OK\r\n") and rest + read_to_close(sock) == b""
+
+
+def test_a_head_cut_short_by_the_eof_after_an_answer_is_400_as_when_alone(gateway):
+    """A whole request, then part of a second head, then the client's EOF: the first is
+    answered, the cut head gets h11's 400 (problem details), then the close, whether the EOF
+    came while the first was answered or after (it was closed with no answer when during)."""
+    with connect(gateway.port) as sock:
+        sock.sendall(GET_TASK + GET_TASK[:30])
+        sock.shutdown(socket.SHUT_WR)
+        get_task, rest = read_answer(sock)
+        rest += read_to_close(sock)
+    assert get_task.startswith(b"HTTP/1.1 200 OK\r\n") and b"-32001" in get_task
+    assert rest.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b'"status":400' in rest, rest

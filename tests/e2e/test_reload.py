@@ -85,8 +85,8 @@ def test_sighup_applies_tokens_and_limits_without_dropping_streams(tmp_path):
 
 
 def test_a_revoked_stream_whose_reader_stopped_reading_is_cut_off(tmp_path):
-    """Alice reads past her replay (a replay that stops reading while the ring laps it is
-    cut off as "stalled": SECURITY.md), then stops reading while events keep coming (her
+    """Alice reads past her replay (a replay the ring laps may be ended as "lapped" under the
+    worker's budget: SECURITY.md), then stops reading while events keep coming (her
     socket and the worker's buffer fill), then a reload removes her token: her stream cannot
     end after its next write, so a heartbeat interval later its connection is cut and its
     place freed."""

@@ -24,6 +24,7 @@ from helpers.sse_reading import WATCH, SSEStream, frame_of, is_terminal_event, i
 SIZE = 2048  # a burst frame's text: a replay of 512 is ~1 MiB, far past a 4 KiB reader's buffers
 FILL = 600  # the first burst's frames: the ring's 512 slots full
 SUB = "SubscribeToTask"
+BUDGET = 1_000_000  # --max-lapped-replay-bytes: half what one lapped view of 512 such events holds
 
 
 def burst(port: int, frames: int, **options) -> tuple[str, int]:
@@ -129,14 +130,14 @@ def test_a_task_streams_replay_is_whole_and_it_still_ends_at_its_terminal_status
         assert live == list(range(first + 512, newest + 1))
 
 
-def test_a_replay_whose_client_reads_nothing_is_cut_off_once_the_ring_laps_it():
-    """[claim: stalled-replay] A watcher opened with Last-Event-ID: 0 on a full ring, with a
+def test_a_lapped_replay_past_the_budget_is_cut_off_and_a_reader_beside_it_is_not():
+    """[claim: lapped-replay] A watcher opened with Last-Event-ID: 0 on a full ring, with a
     4 KiB receive buffer, reads nothing while the capsule writes 1000 events more: the ring
-    laps its replay's view, and a heartbeat interval later the gateway cuts its connection
-    (the socket ends, EOF or reset) and logs its end with reason "stalled", its replay
-    unfinished. A watcher opened beside it that reads throughout gets every event, its
-    replay then the live ones, none lost."""
-    with running_gateway(workers=1, heartbeat=1.0) as gateway:
+    laps its replay's view, which holds ~2 MB, past a budget of 1 MB, so the gateway cuts its
+    connection (the socket ends, EOF or reset) and logs its end with reason "lapped", its
+    replay unfinished. A watcher opened beside it (sharing its view) that reads throughout is
+    never lapped and gets every event, its replay then the live ones, none lost."""
+    with running_gateway("--max-lapped-replay-bytes", str(BUDGET), workers=1) as gateway:
         _, opened_at = burst(gateway.port, FILL)
         oldest = opened_at - 511
         with SSEStream(gateway.port, WATCH, {}, last_event_id="0", activate=True, timeout=60) as reading, \
@@ -153,14 +154,14 @@ def test_a_replay_whose_client_reads_nothing_is_cut_off_once_the_ring_laps_it():
             finally:
                 more.join()
             cut = wait_for(lambda: next((r for r in gateway.logs() if r.get("event") == "stream end"
-                                         and r.get("reason") == "stalled"), None), 60, "the stalled line")
+                                         and r.get("reason") == "lapped"), None), 60, "the lapped line")
             assert cut["events"] < 512  # cut mid-replay
             stalled.http.sock.settimeout(60)
             with contextlib.suppress(ConnectionResetError):
                 while stalled.http.sock.recv(65536):  # what it had in flight, then the end
                     pass
             reasons = [r["reason"] for r in gateway.logs() if r.get("event") == "stream end"]
-    assert reasons.count("stalled") == 1  # the reading watcher and the probes were not cut
+    assert reasons.count("lapped") == 1  # the reading watcher and the probes were not cut
     assert frames == [("connection-ack", None), ("gap", oldest)]
     assert [event.id for event in live] == list(range(opened_at + 1, newest[0] + 1))  # no frame: none lost
     assert ids == list(range(oldest, opened_at + 1))

@@ -51,7 +51,7 @@ class Drivers:
     def end_stream(self, served: Served, reason: str = "revoked", cut_in: float | None = None) -> None:
         """End the stream where it stands, `reason` its access line's: "revoked" (a reload
         took its token's right to it, worker/reload.py), "expired" (its token's expiry
-        came, opening.py) or "stalled" (`Hub._stalled`): after the whole events already
+        came, opening.py) or "lapped" (the lapped-replay budget, `Hub._bound_lapped`): after the whole events already
         written, with no frame of its own. Its driver sees it ENDING before it gathers again;
         a parked one is resumed to see it now. One waiting for a reader that stopped reading
         would wait as long as that reader: still open `cut_in` seconds later (one heartbeat
@@ -146,6 +146,7 @@ class Drivers:
         sink = served.sink
         served.waiting = None
         self._remove(served)
+        served.stream.replay = None  # its view let go now, not when the heap drops the record
         sink.release()
         # The heartbeat heap holds a closed stream until its next due time: let it hold
         # the record alone, not the connection behind it.
@@ -241,11 +242,11 @@ class Served:
     (a stream `serve`d, not `adopt`ed), its place in the catch-up queue, the heartbeat due
     since the heap fired, and what its access-log line reports that the stream cannot know
     (the bytes handed to its sink, why the hub ended it: a reload revoked it, its token expired,
-    its replay stalled). It is the sink's listener: a client that leaves, or a sink that
+    its replay was lapped past the worker's budget). It is the sink's listener: a client that leaves, or a sink that
     drained, pokes it."""
 
     __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "passing", "beat_due", "bytes_sent",
-                 "ended_by", "stalled_at", "exchange")
+                 "ended_by", "exchange")
 
     def __init__(self, stream: Stream):
         self.stream = stream
@@ -257,8 +258,7 @@ class Served:
         self.passing = False  # waiting for its turn in a pass longer than one turn (`Hub._pass`)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
-        self.ended_by: str | None = None  # "revoked", "expired" (`end_stream`) or "stalled" (`Hub._stalled`)
-        self.stalled_at = -1  # its cursor when a heartbeat found it stalled (`Hub._stalled`); -1: none did
+        self.ended_by: str | None = None  # "revoked", "expired" or "lapped" (`end_stream`)
         self.exchange = None  # the access log's record of its request (access_log.py)
 
     def resume(self) -> None:

@@ -18,6 +18,9 @@ queue and writes only its heartbeat, and live events for a replaying stream wait
 replay. Every delivery metric is counted here: each stream's own walk from the notes its
 delivery returns, shared batches once per batch and pass (`Window.taken`).
 
+Replays that cannot keep up: while a replay is open, the hub holds what lapped views keep
+alive to the worker's budget (`_bound_lapped`, lapped.py's rule).
+
 Progress: besides the stall pulse's timer (gateway/common/stall.py), the hub bumps the worker's
 beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
 opening), so the supervisor sees a busy worker's progress even inside one long pass.
@@ -38,6 +41,7 @@ from gateway.protocol.activation import WATCH_SESSION
 from gateway.worker.delivery.catchup import CatchUp
 from gateway.worker.delivery.drivers import PARK, Drivers, Served
 from gateway.worker.delivery.heartbeats import Heartbeats
+from gateway.worker.delivery.lapped import over_budget
 from gateway.worker.delivery.pump import Pump
 from gateway.worker.delivery.stream import FULL, PARKED, Delivery, Noted, Stream
 from gateway.worker.delivery.window import Window
@@ -50,7 +54,7 @@ __all__ = ["Hub", "Served"]
 
 class Hub(Drivers):
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
-                 counters: Counters, control: ControlClient):
+                 counters: Counters, control: ControlClient, lapped_budget: int = tuning.LAPPED_REPLAY_BYTES):
         self.ring = ring
         self.counters = counters
         self.control = control
@@ -68,6 +72,11 @@ class Hub(Drivers):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sends: dict[str, int] = {}  # writes this turn by endpoint, not yet counted
         self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
+        # Streams opened with a replay, until it is written or they end (`_bound_lapped`)
+        self.replaying: set[Served] = set()
+        self.lapped_budget = lapped_budget
+        self._lapped_check: asyncio.TimerHandle | None = None
+        self._lapped_head = -1  # the head the last measure saw (`_bound_lapped`)
         # The app's bookkeeping when a stream is over (app.py): (served, reason), reason None
         # when it failed under it.
         self.on_end: Callable[[Served, str | None], None] = lambda served, reason: None
@@ -98,6 +107,8 @@ class Hub(Drivers):
         self.catch_up.stop()
         if self._pass_handle is not None:
             self._pass_handle.cancel()
+        if self._lapped_check is not None:
+            self._lapped_check.cancel()
 
     def sync(self) -> None:
         """Copy every new record into the window, then write the streams it concerns."""
@@ -242,22 +253,24 @@ class Hub(Drivers):
         self.counters.observe("heartbeat_jitter_seconds", time.monotonic() - due)
         if served.sink.blocked:
             self.counters.add("heartbeats_blocked")
-        self._stalled(served)
         served.beat_due = due
         self._write(served)
         return True
 
-    def _stalled(self, served: Served) -> None:
-        """The stalled-replay rule (stream.py): found blocked with its view lapped at this
-        heartbeat, and so at the last one with its cursor where it was (nothing written
-        between: its client read nothing), its connection is cut now, reason "stalled"."""
-        stream = served.stream
-        if not (served.sink.blocked and stream.replay_lapped(self.window)):
-            served.stalled_at = -1
-        elif served.stalled_at != stream.cursor:
-            served.stalled_at = stream.cursor
-        else:
-            self.end_stream(served, "stalled", cut_in=0)
+    def _bound_lapped(self) -> None:
+        """The lapped-replay budget (lapped.py), every LAPPED_CHECK_SECONDS while a replay is
+        open: the lapped streams of the oldest views past it end now, reason "lapped" (one
+        whose client reads nothing has its connection cut at once). Views are lapped, and let
+        entries go, only as the head moves: a head the last measure saw is not measured again."""
+        replaying = self.replaying
+        for served in [served for served in replaying if served.stream.replay is None]:
+            replaying.discard(served)  # its replay written whole: its view let go
+        if self.window.head != self._lapped_head:
+            self._lapped_head = self.window.head
+            for served in over_budget(replaying, self.window, self.lapped_budget):
+                self.end_stream(served, "lapped", cut_in=0)
+        self._lapped_check = (self._loop.call_later(tuning.LAPPED_CHECK_SECONDS, self._bound_lapped)
+                              if replaying else None)
 
     # --- streams ---
 
@@ -289,12 +302,17 @@ class Hub(Drivers):
     def _add(self, served: Served) -> None:
         (self.watchers if served.stream.task is None else self.task_streams).add(served)
         self.heartbeats.add(served)
+        if served.stream.replay is not None:
+            self.replaying.add(served)
+            if self._lapped_check is None:
+                self._lapped_check = self._loop.call_later(tuning.LAPPED_CHECK_SECONDS, self._bound_lapped)
         endpoint = served.stream.endpoint
         self.counters.add("connections_open", label=endpoint)
         self.counters.add("connections", label=endpoint)
 
     def _remove(self, served: Served) -> None:
         (self.watchers if served.stream.task is None else self.task_streams).discard(served)
+        self.replaying.discard(served)
         self.counters.sub("connections_open", label=served.stream.endpoint)
 
     def close_all(self) -> None:

@@ -45,16 +45,13 @@ reading fills its transport buffer past the high-water mark: its sink reports it
 blocked, the hub stops writing to it until it drains, its cursor stays behind, so it lags
 rather than being buffered without bound.
 
-The stalled-replay rule: a view is held only while its replay moves. A stream still
-replaying whose sink is blocked (its client reads nothing) and whose view the ring has lapped
-(`replay_lapped`: the window no longer holds the entry it owes next, so the view alone keeps
-evicted entries alive) is cut off, its connection aborted with the access line's reason
-"stalled", once it has stayed so for one heartbeat interval: found so at one heartbeat, and
-at the next with its cursor unmoved (`Hub._stalled`). A slow stream that reads, or a blocked
-one whose view the window still holds, is untouched. The entries that views keep alive after
-the window let them go are then at most the 512 ids before the window's and those the ring
-wrote in the last two heartbeat intervals (a view lapped just after one heartbeat is found at
-the next and cut at the one after), however many streams stall (SECURITY.md, Limits).
+The lapped-replay budget: a stream still replaying whose view the ring has lapped
+(`replay_lapped`: the window no longer holds the entry it owes next, so its view alone keeps
+evicted entries alive) cannot keep up with the ring. What such views keep alive is bounded per
+worker in bytes, however fast or slowly their streams read: past the budget, the streams of
+the oldest lapped views end, access reason "lapped" (lapped.py, `Hub._bound_lapped`). A
+stream whose view the ring has not lapped is never cut, however slowly it reads, nor a lapped
+one while the budget holds (SECURITY.md, Limits).
 
 The replay is walked from the same cursor as live events, a piece at a time (at most
 window.PIECE_BYTES a write): the opening holds only the head frames (ack or task, gap), and
@@ -253,7 +250,7 @@ class Stream:
 
     def replay_lapped(self, window: Window) -> bool:
         """Still replaying, and the window no longer holds the next entry it owes: its view
-        alone keeps the ring's evicted entries alive (the stalled-replay rule, above)."""
+        alone keeps the ring's evicted entries alive (the lapped-replay budget, above)."""
         return self.replaying and window.head - self.cursor > window.slots
 
     def behind(self, window: Window) -> bool:

@@ -11,8 +11,10 @@ A replay reads a `Replay`, not the window: the window's entries up to the head w
 was read, held by reference for as long as the stream still owes any of them (protocol/lag.py
 states the rule). Every stream that opens between two copies shares one (`replay_view`): a
 tuple of at most 512 references, the entries themselves shared with the window, and freed
-when the last stream reading it has written its replay. The window then never needs more
-than the ring's slots: live events never outrun the lag limit's 128 inside it.
+when the last stream reading it has written its replay (or ended). The window then never needs
+more than the ring's slots: live events never outrun the lag limit's 128 inside it. What views
+keep alive after the window let their entries go is bounded by the lapped-replay budget
+(lapped.py).
 
 No write is larger than a piece (PIECE_BYTES, or one event where a single event is larger):
 a batch stops at the first event that takes it past the bound, and the stream's cursor stops
@@ -25,21 +27,26 @@ Nothing here does I/O or counts a metric: a `Batch` only records how many stream
 
 from __future__ import annotations
 
+from sys import getsizeof
+
 from gateway.common import records
 from gateway.protocol import sse
 from gateway.tuning import MAX_BATCHES, MAX_CACHED_JOINS, PIECE_BYTES
 
 
 class Entry:
-    """One ring event as this worker holds it."""
+    """One ring event as this worker holds it, and the bytes it holds (`size`: itself, its
+    forms and its cached joins, as sys.getsizeof counts them; lapped.py's budget reads it)."""
 
-    __slots__ = ("id", "key", "meta", "full", "plain", "head", "joins")
+    __slots__ = ("id", "key", "meta", "full", "plain", "head", "joins", "size")
 
     def __init__(self, event_id: int, key: int, meta: int, data: bytes):
         self.id, self.key, self.meta = event_id, key, meta
-        self.full, self.plain = records.unpack(meta, data)
+        self.full, self.plain = full, plain = records.unpack(meta, data)
         self.head = sse.event_head(event_id)
         self.joins: dict[tuple[bytes, bool], bytes] = {}
+        self.size = (getsizeof(self) + getsizeof(self.joins) + getsizeof(self.head) + getsizeof(full)
+                     + (getsizeof(plain) if plain is not full else 0))
 
     def wire(self, prefix: bytes, plain: bool) -> bytes:
         """The whole SSE event for a connection whose JSON-RPC prefix is `prefix`."""
@@ -49,6 +56,7 @@ class Entry:
             joined = sse.join_event(self.head, prefix, self.plain if plain else self.full)
             if len(self.joins) < MAX_CACHED_JOINS:
                 self.joins[cache_key] = joined
+                self.size += getsizeof(joined)
         return joined
 
 

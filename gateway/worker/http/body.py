@@ -2,8 +2,9 @@
 is the next request's, never read as this one's.
 
 The head's parser (httptools, head_checks.py) reads heads only; a body is read here, by
-Content-Length or by chunks, as h11 reads them: a chunk-size line of hex digits (an
-extension after `;` is ignored) ending in CRLF, the chunk's bytes and their CRLF, the last
+Content-Length or by chunks, as h11 reads them: a chunk-size line of at most 20 hex digits
+(h11's bound, matched before the size is converted; an extension after `;` is ignored)
+ending in CRLF, the chunk's bytes and their CRLF, the last
 chunk (size 0), then trailer lines up to a blank line. Anything else is `Malformed`: the
 front answers 400 and closes, since where the next request starts is then unknown. Pure.
 """

@@ -302,8 +302,10 @@ class Front(TransportSink):
         """The answer's end: the connection closes, or (kept) the next request is read."""
         if cycle is not self.cycle or self.state is CLOSED:
             return
-        if cycle.closes or not self.body.done or self.left or (self.eof and HEAD_END not in self.buffer):
+        if cycle.closes or not self.body.done or self.left:
             return self._close()
+        if self.eof and HEAD_END not in self.buffer:  # nothing whole left: a head cut short gets h11's
+            return self._refuse(400, BAD_REQUEST) if self.buffer else self._close()  # answer, as at its EOF
         self.cycle = self.body = None
         cycle.wake()  # its receive, if it waits, hears `http.disconnect`, as hypercorn tells it
         self.state = HEAD

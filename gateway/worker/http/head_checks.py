@@ -31,6 +31,9 @@ UNSUPPORTED_CODING = "the request's transfer-encoding is not supported"
 HEAD_TOO_LARGE = "the request head is larger than this door buffers"
 HEAD_LINE_FRAMING = 4  # ": " and CRLF around each header line
 REQUEST_LINE_EXTRA = 64  # method, version, spaces and the blank line that ends the head
+# A Content-Length of more digits is refused 400 before it is converted, as h11 refuses it:
+# Python's int() raises past this many digits (its default limit), leading zeros included.
+LENGTH_DIGITS_MOST = 4300
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _REQUEST_LINE = re.compile(rb"([^ ]+) ([^ ]+) HTTP/([0-9])\.([0-9])")
 
@@ -147,8 +150,9 @@ def _check(method: bytes, version: bytes, request: Parsed) -> None:
 
 
 def _framed(request: Parsed) -> Parsed:
-    """What h11 requires that llhttp lets pass, the body's length, and an absolute-form target
-    (served as its origin form, its authority the Host)."""
+    """What h11 requires that llhttp lets pass, the body's length (its digits bounded before
+    they are converted), and an absolute-form target (served as its origin form, its
+    authority the Host)."""
     if not (request.hosts == 1 or (request.hosts == 0 and request.version == b"1.0")):
         raise Refused(400, BAD_REQUEST)
     absolute = origin_form(request.url)
@@ -159,7 +163,7 @@ def _framed(request: Parsed) -> Parsed:
         request.length = None
     elif request.framing:
         value = request.framing[0][1]
-        if not value.isdigit():
+        if not value.isdigit() or len(value) > LENGTH_DIGITS_MOST:
             raise Refused(400, BAD_REQUEST)
         request.length = int(value)
     request.expects = request.expects and request.version == b"1.1"
