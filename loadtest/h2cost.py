@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 import h2.config
 import h2.connection
@@ -80,6 +81,24 @@ async def http2_connection(port: int, context: ssl.SSLContext, streams: int, cou
         writer.write(conn.data_to_send())
 
 
+def throwaway_tls(folder: str) -> tuple[list[str], Callable[[str], ssl.SSLContext]]:
+    """A throwaway CA's certificate for 127.0.0.1 written into `folder`: (the gateway's TLS
+    options, a client context trusting it for one ALPN protocol)."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    certfile, keyfile = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    server.private_key_pem.write_to_path(keyfile)
+    for i, pem in enumerate(server.cert_chain_pems):
+        pem.write_to_path(certfile, append=i > 0)
+
+    def client(alpn: str) -> ssl.SSLContext:
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        context.set_alpn_protocols([alpn])
+        return context
+    return ["--certfile", certfile, "--keyfile", keyfile], client
+
+
 def start_gateway(args, tls_args: list[str], log_path: str) -> tuple[subprocess.Popen, int, int]:
     cmd = ["taskset", "-c", "0", sys.executable, "-m", "gateway", "--bind", "127.0.0.1:0", "--workers", "1",
            "--metrics-bind", "off", "--sim-load", str(args.rate), "--sim-load-size", str(args.size), *tls_args]
@@ -133,20 +152,7 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="murgw-h2cost-") as tmp:
-        ca = trustme.CA()
-        server = ca.issue_cert("127.0.0.1")
-        certfile, keyfile = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
-        server.private_key_pem.write_to_path(keyfile)
-        for i, pem in enumerate(server.cert_chain_pems):
-            pem.write_to_path(certfile, append=i > 0)
-        tls_args = ["--certfile", certfile, "--keyfile", keyfile]
-
-        def client(alpn: str) -> ssl.SSLContext:
-            context = ssl.create_default_context()
-            ca.configure_trust(context)
-            context.set_alpn_protocols([alpn])
-            return context
-
+        tls_args, client = throwaway_tls(tmp)
         variants = [("http/1.1, plain", [], None), ("http/1.1, TLS", tls_args, client("http/1.1")),
                     ("h2, 100 streams a connection", tls_args, client("h2")),
                     ("h2, 10 streams a connection", tls_args, client("h2"))]

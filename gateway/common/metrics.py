@@ -42,6 +42,18 @@ REFUSAL_REASONS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden",
                    501: "not_implemented", 503: "capacity", 505: "version_not_supported"}
 AMBIGUOUS = "ambiguous"  # request smuggling's forms, two Authorization headers
 REFUSAL_LABELS = (*REFUSAL_REASONS.values(), AMBIGUOUS)
+# Why streams end: the access log's `reason` of a `stream end` line (worker/access_log.py). A wave
+# of `expired` is token churn: tokens minted together end together.
+STREAM_END_REASONS = ("client_left", "task_ended", "session_closed", "session_changed", "revoked",
+                      "expired", "stalled", "drain", "aborted")
+# Kind "worker": a gauge exported per worker (`process="worker-N"`), never summed nor folded into
+# the retired totals: a 503 comes from one worker's --max-connections, not from the gateway's sum.
+WORKER_GAUGES = {
+    "worker_requests_open": "Requests a worker has in progress, open streams included: what its "
+                            "--max-connections bounds (503 beyond).",
+    "worker_max_connections": "A worker's --max-connections: the requests in progress it takes before "
+                              "answering 503.",
+}
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
@@ -68,6 +80,9 @@ COUNTERS = {
     "requests_limited": ("counter", "Requests answered 429 by a per-client or per-token limit.",
                          "limit", LIMITS),
     "config_reloads": ("counter", "SIGHUP reloads of --config, by outcome.", "outcome", RELOAD_OUTCOMES),
+    "stream_ends": ("counter", "Streams ended, by the access log's reason (expired: its token's expiry came).",
+                    "reason", STREAM_END_REASONS),
+    **{name: ("worker", help_text, None, ()) for name, help_text in WORKER_GAUGES.items()},
     "pid": ("pid", "The block owner's process id (read by the exporter, not exported).", None, ()),
 }
 HISTOGRAMS = {
@@ -125,6 +140,9 @@ class Counters:
     def sub(self, name: str, n: int = 1, label: str = "") -> None:
         self.words[OFFSETS[(name, label)]] -= n
 
+    def set(self, name: str, value: int) -> None:
+        self.words[OFFSETS[(name, "")]] = value
+
     def observe(self, name: str, value: float, label: str = "", times: int = 1) -> None:
         _help, _label, _values, buckets, scale = HISTOGRAMS[name]
         base = OFFSETS[(name, label)]
@@ -151,16 +169,24 @@ def create_blocks(name: str, workers: int) -> CounterBlocks:
 def retire_worker(blocks: CounterBlocks, worker: int) -> None:
     """Fold a dead worker's counters into the supervisor's block, then clear its block.
 
-    Gauges (open connections) are not folded: the dead worker's connections are gone.
+    Gauges (open connections, its own worker gauges) are not folded: the dead worker's connections
+    are gone, and its replacement sets its own.
     """
     dead_block = board.block_index(Role.WORKER, worker)
     dead, keep = blocks.block(dead_block), blocks.block(board.SUPERVISOR_BLOCK)
-    gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k in ("gauge", "pid")
+    gauges = {OFFSETS[(n, v)] for n, (k, _h, _l, vals) in COUNTERS.items() if k in ("gauge", "pid", "worker")
               for v in vals or ("",)}
     for i in range(WORDS):
         if i not in gauges:
             keep[i] += dead[i]
     blocks.clear_block(dead_block)
+
+
+def by_worker(blocks: CounterBlocks) -> list[tuple[str, dict[str, int]]]:
+    """(process label, {WORKER_GAUGES name: value}) of every worker that recorded its pid."""
+    pid = OFFSETS[("pid", "")]
+    return [(board.block_name(b), {name: words[OFFSETS[(name, "")]] for name in WORKER_GAUGES})
+            for b in board.worker_blocks(blocks.blocks) if (words := blocks.block(b))[pid]]
 
 
 def totals(blocks: CounterBlocks) -> list[int]:

@@ -1,6 +1,6 @@
 """CPU seconds, resident memory and state of processes, read from /proc (Linux).
 
-The gateway reads its own processes here: the exporter their CPU and memory, the stall watch
+The gateway reads its own processes here: the exporter their CPU, memory and descriptors, the stall watch
 (gateway/common/stall.py) whether a worker was stopped on purpose and how long it waited for a CPU.
 The load tests (loadtest/) read a server's whole process tree (the gateway's supervisor,
 sequencer, workers and exporter; nginx's master and workers) at the start and the end of a
@@ -44,6 +44,20 @@ def cpu_and_rss(pid: int) -> tuple[float, int] | None:
     if fields is None or resident is None:
         return None
     return _cpu_ticks(fields) / _TICKS, resident
+
+
+def descriptors(pid: int) -> tuple[int, int] | None:
+    """(descriptors open, the soft RLIMIT_NOFILE it may open), or None when the process is
+    gone or not ours to read. Counting /proc/PID/fd lists one entry a descriptor: a scrape's
+    cost, never a worker's."""
+    try:
+        open_now = len(os.listdir(f"/proc/{pid}/fd"))
+        with open(f"/proc/{pid}/limits", "rb") as fh:
+            line = next(line for line in fh if line.startswith(b"Max open files"))
+        soft = int(line.split()[3])  # never "unlimited": RLIMIT_NOFILE has no such value
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    return open_now, soft
 
 
 def state(pid: int) -> str | None:

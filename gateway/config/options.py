@@ -65,6 +65,7 @@ class Option:
     help: str
     found: str | None = None  # a default found at start, in words (gateway/config/found.py)
     reload: bool = False  # a SIGHUP reload applies it (config/reload.py)
+    rereads: bool = False  # a file whose path needs a restart, but which a SIGHUP reads again (the TLS pair)
     needs: tuple[str, str] | None = None  # (option, what it must be): takes effect only with it
     excludes: tuple[str, str] | None = None  # (option, why): takes effect only without it
     secret: bool = False  # never shown (--print-config, refusals)
@@ -206,8 +207,9 @@ class Config:
         "a worker whose event loop has not turned for this long of its own time (its waits "
         "for a CPU not counted) is killed and replaced (0: never; a stopped worker, SIGSTOP, is left alone)")
     certfile: str | None = option(
-        None, parse_text, "FILE", "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind")
-    keyfile: str | None = option(None, parse_text, "FILE", "PEM private key of --certfile")
+        None, parse_text, "FILE", "PEM certificate chain: with --keyfile, serve HTTPS (ALPN h2 and http/1.1) on --bind",
+        rereads=True)
+    keyfile: str | None = option(None, parse_text, "FILE", "PEM private key of --certfile", rereads=True)
     watch_page: bool = option("on", parse_on_off, "on|off", "serve the live watch page at GET /watch")
     access_log: bool = option(
         "on", parse_on_off, "on|off", "one JSON line per request and per stream's end, on stderr")

@@ -119,7 +119,7 @@ def _option_row(opt: Option) -> str:
     shown = "none" if default in (None, "") else (default if opt.found and opt.default is None
                                             else f"`{default}`")
     return (f"| `{opt.flag} {_cell(opt.metavar)}` | `{opt.env}` | `{opt.name}` | {_cell(shown)} | "
-            f"{'yes' if opt.reload else 'no'} | {_cell(meaning)} |")
+            f"{'yes' if opt.reload else 'the file' if opt.rereads else 'no'} | {_cell(meaning)} |")
 
 
 INTRO = """\
@@ -150,7 +150,11 @@ without one, which is).
   found at start (workers, connections per worker, listen backlog) as comments. Token digests
   are shown; `--upstream-token` and the JWT key never are.
 - "reload": a `SIGHUP` applies the new value without a restart (the token table too); any other
-  setting that differs is named in the `config reloaded` line and needs a restart.
+  setting that differs is named in the `config reloaded` line and needs a restart. "the file":
+  a new path needs a restart, but a `SIGHUP` reads the file the path names again: a renewed
+  TLS certificate and key, written over the old ones, are served to new connections without a
+  restart (open connections keep theirs; a pair that does not load rejects the reload and the
+  one in use stays).
 """
 
 

@@ -65,20 +65,39 @@ class GatewayCollector:
                                   "CPU seconds each gateway process used.", labels=["process"])
         rss = GaugeMetricFamily(metrics.PREFIX + "process_resident_memory_bytes",
                                 "Resident memory of each gateway process.", labels=["process"])
+        fds = GaugeMetricFamily(metrics.PREFIX + "process_open_fds",
+                                "Descriptors each gateway process holds open (a worker: one a client "
+                                "connection, idle keep-alive ones included).", labels=["process"])
+        max_fds = GaugeMetricFamily(metrics.PREFIX + "process_max_fds",
+                                    "Descriptors each gateway process may open (its soft RLIMIT_NOFILE).",
+                                    labels=["process"])
         for label, pid in metrics.pids(self.blocks) + [("exporter", os.getpid())]:
             found = procstat.cpu_and_rss(pid)
             if found is not None:
                 cpu.add_metric([label], found[0])
                 rss.add_metric([label], found[1])
-        yield cpu
-        yield rss
+            held = procstat.descriptors(pid)
+            if held is not None:
+                fds.add_metric([label], held[0])
+                max_fds.add_metric([label], held[1])
+        yield from (cpu, rss, fds, max_fds)
+        yield from self._workers()
+
+    def _workers(self):
+        """Each worker's own gauges (metrics.WORKER_GAUGES), by worker: its requests against its limit."""
+        found = metrics.by_worker(self.blocks)
+        for name, help_text in metrics.WORKER_GAUGES.items():
+            family = GaugeMetricFamily(metrics.PREFIX + name, help_text, labels=["process"])
+            for label, values in found:
+                family.add_metric([label], values[name])
+            yield family
 
 
 def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
     """prometheus-client metric families for the summed words (common/metrics.py's layout), plus
     extra plain gauges: built here, in the one process that serves them."""
     for name, (kind, help_text, label, values) in metrics.COUNTERS.items():
-        if kind == "pid":
+        if kind in ("pid", "worker"):  # the pid is not exported; worker gauges are, by worker
             continue
         family_cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
         family = family_cls(metrics.PREFIX + name, help_text, labels=[label] if label else [])

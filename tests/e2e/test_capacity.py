@@ -106,6 +106,8 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
         def add(self, *args, **kwargs):
             pass
 
+        sub = add  # the worker's requests in progress (murgw_worker_requests_open)
+
     held, all_held, unread = [], asyncio.Event(), asyncio.Event()  # unread set: the answers computed
     unsent = asyncio.Event()  # set: the clients read at last
 
@@ -143,3 +145,30 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
         return statuses
 
     assert asyncio.run(scenario()) == [503, 200, 200, [200] * PROBES_IN_FLIGHT]
+
+
+def test_a_worker_s_limit_places_and_descriptors_are_served_by_worker(gateway):
+    """The headroom an operator alerts on (grafana/alerts.yml): per worker, its --max-connections,
+    the requests it has in progress against it, and the descriptors it holds and may hold; a
+    stream's end counted by its reason."""
+    gw = gateway
+    worker = wait_for(lambda: gw.worker_pids().get(0), what="the worker")
+    by_worker = lambda name: scrape(gw.metrics_port)[f'murgw_{name}{{process="worker-0"}}']
+    before = scrape(gw.metrics_port)
+    assert before['murgw_worker_max_connections{process="worker-0"}'] == 3
+    assert before['murgw_process_max_fds{process="worker-0"}'] == open_files_limit(worker)[0]
+    left = before['murgw_stream_ends_total{reason="client_left"}']
+    streams = [SSEStream(gw.port, WATCH, {}) for _ in range(3)]
+    try:
+        assert [stream.status for stream in streams] == [200] * 3
+        full = wait_for(lambda: (s := scrape(gw.metrics_port))['murgw_worker_requests_open{process="worker-0"}']
+                        == 3 and s, what="three places taken")
+        assert refusal(exchange(gw.port, CARD, method="GET"), 503)  # at its limit, as the gauges say
+        assert full['murgw_process_open_fds{process="worker-0"}'] >= \
+            before['murgw_process_open_fds{process="worker-0"}'] + 3  # one a connection
+    finally:
+        for stream in streams:
+            stream.close()
+    wait_for(lambda: by_worker("worker_requests_open") == 0, what="every place given back")
+    wait_for(lambda: scrape(gw.metrics_port)['murgw_stream_ends_total{reason="client_left"}'] == left + 3,
+             what="three ends counted as client_left")

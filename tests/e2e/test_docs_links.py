@@ -59,6 +59,7 @@ TOPICS = [
     (r"(?=.*\bidle\b)(?=.*\bwatchers?\b)", "KiB", "idle watcher"),
     (r"(?=.*\bwatchers?\b)(?=.*(?:events? a second|events/s|× 100\b))", "KiB", "per watcher under"),
     (r"\bopenings?\b", "µs", "opening"),
+    (r"\bdeliver(?:y|ies)\b", "µs", "per delivery"),
     (r"\bprocess(?:es|\s+tree)\b", "MB", "processes"),
 ]
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(*`\[])")
@@ -104,6 +105,7 @@ def test_the_quoted_figures_are_a_table_of_every_topic():
     "A watcher costs about 10 KiB of RSS idle at 10,000 (nchan 10.0).",  # benchmarks.md, run 7
     "An idle watcher costs about 14.5 KiB of worker memory (RSS and PSS).",  # sizing.md
     "CPU per opening: 180 µs.",
+    "HTTP/2 costs 42 µs a delivery.",
 ])
 def test_a_figure_other_than_the_table_s_is_caught(text):
     assert wrong_figures(text)

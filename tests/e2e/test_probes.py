@@ -102,6 +102,8 @@ def test_one_address_holds_at_most_its_share_of_probe_places():
         def add(self, *args, **kw):
             pass
 
+        sub = add  # the worker's requests in progress (murgw_worker_requests_open)
+
     async def main():
         release = asyncio.Event()
         statuses = []

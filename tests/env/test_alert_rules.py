@@ -25,7 +25,10 @@ RULE_TESTS = os.path.join(GRAFANA, "alerts.test.yml")
 REQUIRED = {"MurmurGatewayUpstreamDisconnected", "MurmurGatewayEventsLostToLag",
             "MurmurGatewayHeartbeatJitterHigh", "MurmurGatewayWorkerRestarted",
             "MurmurGatewayRequestsRefused", "MurmurGatewayReconnectStorm",
-            "MurmurGatewayTLSCertificateExpiring", "MurmurGatewayRequestsLimited"}
+            "MurmurGatewayTLSCertificateExpiring", "MurmurGatewayRequestsLimited",
+            "MurmurGatewayDown", "MurmurGatewayAbsent", "MurmurGatewayConfigReloadRejected",
+            "MurmurGatewayConnectionsNearLimit", "MurmurGatewayDescriptorsNearLimit",
+            "MurmurGatewayTokensRefused"}
 RUNBOOK = os.path.join(ROOT, "docs", "runbook.md")
 
 

@@ -50,15 +50,21 @@ def panels() -> list[dict]:
         return list(walk(json.load(fh)["panels"]))
 
 
-def expressions() -> list[tuple[str, str]]:
+def queries() -> list[tuple[str, str, str]]:
+    """(panel title, the datasource its target names, its expression with Grafana's macros
+    expanded) of every target."""
     out = []
     for panel in panels():
         for target in panel.get("targets", []):
             expr = target["expr"]
             for macro, value in GRAFANA_MACROS.items():
                 expr = expr.replace(macro, value)
-            out.append((panel["title"], expr))
+            out.append((panel["title"], target["datasource"]["uid"], expr))
     return out
+
+
+def expressions() -> list[tuple[str, str]]:
+    return [(title, expr) for title, _source, expr in queries()]
 
 
 def test_every_series_exists_at_zero_from_start(tmp_path):
@@ -107,21 +113,46 @@ def test_metrics_follow_real_traffic(tmp_path):
         assert closed['murgw_connections_total{endpoint="murmur.WatchSession"}'] == 1
 
 
-def test_dashboard_is_provisionable_and_uses_served_metrics(tmp_path):
+def datasource_refs(node) -> list[dict]:
+    """Every `datasource` object anywhere in the dashboard (panels, targets, variables)."""
+    if isinstance(node, dict):
+        found = [node["datasource"]] if isinstance(node.get("datasource"), dict) else []
+        return found + [ref for value in node.values() for ref in datasource_refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in datasource_refs(value)]
+    return []
+
+
+def test_no_panel_names_a_fixed_datasource_uid():
+    """A dashboard any Grafana imports: every panel, target and query variable reads from the
+    `datasource` variable (a Prometheus), never from a uid of this repository's Grafana; the
+    `__inputs` an exported dashboard carries let an import pick that Prometheus, and only the
+    variable's default takes the pick, so a provisioned copy (where nothing is substituted) works too."""
     with open(DATASOURCE) as fh:
-        uid = re.search(r"uid:\s*(\S+)", fh.read()).group(1)
-    raw = open(DASHBOARD).read()
-    assert "${DS_" not in raw and "__inputs" not in raw
+        provisioned_uid = re.search(r"uid:\s*(\S+)", fh.read()).group(1)
+    with open(DASHBOARD) as fh:
+        raw = fh.read()
+    dashboard = json.loads(raw)
+    assert provisioned_uid not in raw
+    refs = datasource_refs(dashboard)
+    assert len(refs) >= len(panels()) + sum(len(p["targets"]) for p in panels())
+    assert all(ref == {"type": "prometheus", "uid": "${datasource}"} for ref in refs), refs
+    variable = dashboard["templating"]["list"][0]
+    assert (variable["name"], variable["type"], variable["query"]) == ("datasource", "datasource", "prometheus")
+    assert [(i["name"], i["type"], i["pluginId"]) for i in dashboard["__inputs"]] == \
+        [("DS_PROMETHEUS", "datasource", "prometheus")]
+    assert raw.count("${DS_PROMETHEUS}") == 2 and variable["current"]["value"] == "${DS_PROMETHEUS}"
+
+
+def test_dashboard_uses_served_metrics(tmp_path):
     ids = [p["id"] for p in panels()]
     assert len(ids) == len(set(ids))
     certs = Certificates(tmp_path)  # with TLS on, so the certificate's expiry is served too
     with running_gateway(*certs.args, metrics=True, tmp_path=tmp_path, tls=certs.client_context()) as gw:
         served = {re.sub(r"\{.*", "", name) for name in scrape(gw.metrics_port)}
     for panel in panels():
-        assert panel["datasource"]["uid"] == uid, panel["title"]
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
-            assert target["datasource"]["uid"] == uid
             for name in re.findall(r"murgw_[a-z_]+", target["expr"]):
                 assert name in served, f"{panel['title']}: {name} is not served"
 
@@ -155,7 +186,8 @@ def test_every_query_is_filtered_on_the_job_and_instance_variables():
     murgw_build_info, and every selector of every query carries both."""
     with open(DASHBOARD) as fh:
         variables = {v["name"]: v for v in json.load(fh)["templating"]["list"]}
-    assert list(variables) == ["job", "instance"]
+    assert list(variables) == ["datasource", "job", "instance"]
+    del variables["datasource"]  # test_no_panel_names_a_fixed_datasource_uid
     for var in variables.values():
         assert var["type"] == "query" and var["multi"] and var["includeAll"], var["name"]
         assert var["query"]["query"].startswith("label_values(murgw_build_info"), var["name"]
@@ -211,8 +243,16 @@ def watched_gateway(stack: contextlib.ExitStack, logs) -> tuple:
     return gw, readers
 
 
+def serving_address_relabel(gateways) -> str:
+    """grafana/prometheus.yml's relabel, for these gateways' ports: `instance` is the address
+    each serves on (--bind), as its logs and `ps` name it, not its metrics port."""
+    return "".join(f"      - {{source_labels: [__address__], regex: '127\\.0\\.0\\.1:{gw.metrics_port}', "
+                   f"target_label: instance, replacement: '127.0.0.1:{gw.port}'}}\n" for gw, _ in gateways)
+
+
 def test_every_panel_returns_each_instance_s_data_from_a_real_prometheus(tmp_path):
-    """Two gateways scraped as one job: each query, with the variables substituted as Grafana
+    """Two gateways scraped as one job, each `instance` its serving address: each query, sent
+    to the Prometheus the `datasource` variable picks, with the variables substituted as Grafana
     does, answers series for both instances (per instance where it keeps the label: every
     quantile and restart count does), for each one alone, and nothing for an instance or a job
     that is not there, so the filter is real."""
@@ -220,13 +260,16 @@ def test_every_panel_returns_each_instance_s_data_from_a_real_prometheus(tmp_pat
     job = "murmur-gateway"
     with contextlib.ExitStack() as stack:
         gateways = [watched_gateway(stack, tmp_path / name) for name in ("a", "b")]
-        targets = [f"127.0.0.1:{gw.metrics_port}" for gw, _ in gateways]
+        scraped = [f"127.0.0.1:{gw.metrics_port}" for gw, _ in gateways]
+        targets = [f"127.0.0.1:{gw.port}" for gw, _ in gateways]  # the instances, once relabelled
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             f"scrape_configs:\n  - job_name: {job}\n"
-            f"    static_configs: [{{targets: {targets!r}}}]\n")
+            f"    static_configs: [{{targets: {scraped!r}}}]\n"
+            f"    relabel_configs:\n{serving_address_relabel(gateways)}")
         port = free_port()
+        sources = {"${datasource}": port}  # the variable's one choice here: this Prometheus
         proc = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{port}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -245,8 +288,9 @@ def test_every_panel_returns_each_instance_s_data_from_a_real_prometheus(tmp_pat
                 break
         assert instances_in(answer(port, f'murgw_build_info{{job="{job}"}}')) == set(targets)
         empty = []
-        for title, expr in expressions():
-            both = answer(port, substituted(expr, job, targets))
+        for title, source, expr in queries():
+            prom = sources[source]  # a target naming any other datasource fails here
+            both = answer(prom, substituted(expr, job, targets))
             if not both and TLS_ONLY in expr:  # served with TLS on only (checked served above)
                 continue
             if not both:
@@ -255,10 +299,10 @@ def test_every_panel_returns_each_instance_s_data_from_a_real_prometheus(tmp_pat
             if "instance" in both[0]["metric"] or "histogram_quantile" in expr or "restarts" in expr:
                 assert instances_in(both) == set(targets), (title, expr, both)
             for alone in targets:
-                result = answer(port, substituted(expr, job, [alone]))
+                result = answer(prom, substituted(expr, job, [alone]))
                 assert result and instances_in(result) <= {alone, None}, (title, expr, alone, result)
-            assert answer(port, substituted(expr, job, ["127.0.0.1:1"])) == [], (title, expr)
-            assert answer(port, substituted(expr, "another-job", targets)) == [], (title, expr)
+            assert answer(prom, substituted(expr, job, ["127.0.0.1:1"])) == [], (title, expr)
+            assert answer(prom, substituted(expr, "another-job", targets)) == [], (title, expr)
         assert not empty, f"panels with no data: {empty}"
         lost = answer(port, f'sum by (instance) (murgw_events_lost_to_lag_total{{job="{job}"}})')
         assert {s["metric"]["instance"] for s in lost if float(s["value"][1]) > 0} == set(targets), \

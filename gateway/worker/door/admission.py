@@ -91,6 +91,7 @@ class Admission:
                     probe.release()
                 return
             self.open += 1
+            self.counters.add("worker_requests_open")
             to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
             try:
                 await (self.rpc if to_rpc else self.app)(scope, receive, send)
@@ -104,6 +105,7 @@ class Admission:
             finally:
                 if exchange.stream is None:
                     self.open -= 1
+                    self.counters.sub("worker_requests_open")
         finally:
             if exchange.stream is None:
                 self.access.end(exchange)
@@ -119,6 +121,8 @@ class Admission:
         exchange, served.exchange = served.exchange, None
         self.rpc.openings.close(served)
         self.open -= 1
+        self.counters.sub("worker_requests_open")
+        self.counters.add("stream_ends", label=reason or "aborted")
         exchange.ended = reason
         self.access.end(exchange)
 
