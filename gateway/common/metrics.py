@@ -45,7 +45,7 @@ REFUSAL_LABELS = (*REFUSAL_REASONS.values(), AMBIGUOUS)
 # Why streams end: the access log's `reason` of a `stream end` line (worker/access_log.py). A wave
 # of `expired` is token churn: tokens minted together end together.
 STREAM_END_REASONS = ("client_left", "task_ended", "session_closed", "session_changed", "revoked",
-                      "expired", "stalled", "drain", "aborted")
+                      "expired", "lapped", "drain", "aborted")
 # Kind "worker": a gauge exported per worker (`process="worker-N"`), never summed nor folded into
 # the retired totals: a 503 comes from one worker's --max-connections, not from the gateway's sum.
 WORKER_GAUGES = {

@@ -290,7 +290,7 @@ def test_the_129th_live_event_loses_the_oldest_live_one_never_a_replayed_one():
 
 
 def test_a_replay_is_lapped_once_the_window_no_longer_holds_the_entry_it_owes_next():
-    """The stalled-replay rule's condition (stream.py): the view alone keeps the next entry the
+    """The lapped-replay rule's condition (stream.py, lapped.py): the view alone keeps the next entry the
     stream owes alive; never for a stream past its replay."""
     window, stream = Window(512), watcher()
     fill(window, *big_frames(512))
