@@ -67,6 +67,7 @@ def test_the_head_names_the_extension_and_the_stream(gateway):
 
 
 def test_alice_sees_her_task_live_and_never_bobs(gateway):
+    """[claim: own-tasks-stream]"""
     with own_stream(gateway.port, last_event_id=str(2**40)) as alices:
         bobs = create(gateway.port, BOB, BOB_SECRET)
         ran_to_the_end(gateway.port, bobs)  # bob's events are in the ring before alice's task starts
@@ -79,6 +80,7 @@ def test_alice_sees_her_task_live_and_never_bobs(gateway):
 
 
 def test_a_replay_from_0_shows_alice_none_of_bobs_events(gateway):
+    """[claim: own-tasks-stream]"""
     bobs = create(gateway.port, BOB, BOB_SECRET)
     hers = create(gateway.port, ALICE, "alice again")
     assert ran_to_the_end(gateway.port, bobs)  # a WatchSession token still sees every task
@@ -122,7 +124,8 @@ def test_a_lagging_stream_is_told_what_it_lost(tmp_path):
 
 @pytest.mark.parametrize("token", [NARROW, OPS])
 def test_a_token_without_the_scope_is_refused_403_as_for_every_method(gateway, token):
-    """murmur.WatchSession's scope does not open it either: each method needs its own."""
+    """murmur.WatchSession's scope does not open it either: each method needs its own.
+    [claim: own-tasks-stream]"""
     status, headers, body = rpc(gateway.port, OWN, {}, token=token)
     assert status == 403
     assert problem_detail(403, headers, body) == f"the token does not hold the {OWN} scope"
@@ -133,6 +136,7 @@ def test_no_token_is_401(gateway):
 
 
 def test_a_per_user_token_still_cannot_watch_the_session(gateway):
+    """[claim: own-tasks-stream]"""
     status, headers, body = rpc(gateway.port, WATCH, {}, token=ALICE)
     assert status == 403 and problem_detail(403, headers, body) == f"the token does not hold the {WATCH} scope"
 
