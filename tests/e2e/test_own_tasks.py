@@ -5,10 +5,15 @@ One gateway, four static tokens: alice and bob hold the task methods and WatchOw
 per-user token should; ops holds murmur.WatchSession (and so sees every task) but not
 WatchOwnTasks; narrow holds GetTask alone. Bob's task runs while alice watches; alice's
 stream, live or replayed from 0, carries her tasks and the frames of no task, never a byte
-of bob's.
+of bob's; so does a JWT minted with the scope docs/operations.md gives a user, and so does
+the stream over HTTP/2. A public door's stream carries every task; upstream mode refuses it.
 """
 
 from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
 
 import orjson
 import pytest
@@ -17,8 +22,10 @@ from google.protobuf import json_format
 
 from gateway.protocol.uris import OWN_TASKS_URI, STREAM_URI
 from helpers.gateway_harness import GatewayOptions, front_of, running_gateway, token_table, wait_for
-from helpers.http_client import Http, problem_detail, rpc, user_message
+from helpers.http_client import Http, headers_for, problem_detail, rpc, rpc_body, user_message
+from helpers.jwt_tokens import KeyPair, jwt_table
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
+from helpers.tls_support import H2Connection
 
 OWN = "murgw.WatchOwnTasks"
 WATCH = "murmur.WatchSession"
@@ -27,13 +34,25 @@ PER_USER = ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "Subs
 RULES = [("alice", ALICE, PER_USER), ("bob", BOB, PER_USER),
          ("ops", OPS, [WATCH, "GetTask", "murmur.StopSession"]), ("narrow", NARROW, ["GetTask"])]
 BOB_SECRET = "bob secret plan"
+KEYS = KeyPair()
+OPERATIONS_MD = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 @pytest.fixture(scope="module")
 def gateway_options(tmp_path_factory):
-    config = tmp_path_factory.mktemp("own") / "own.toml"
-    config.write_text(token_table(RULES))
+    folder = tmp_path_factory.mktemp("own")
+    (folder / "jwt.pem").write_bytes(KEYS.public_pem)
+    config = folder / "own.toml"
+    config.write_text(jwt_table(folder / "jwt.pem") + token_table(RULES))
     return GatewayOptions("--config", str(config))
+
+
+def documented_user_scope() -> str:
+    """The `scope` claim docs/operations.md has a backend mint for a user (its PyJWT sample)."""
+    (sample,) = [block for block in re.findall(r"```python\n(.*?)```", OPERATIONS_MD.read_text(), re.DOTALL)
+                 if "jwt.encode(" in block]
+    claims = ast.parse(sample).body[0].value.args[0]
+    return ast.literal_eval(claims.values[[ast.literal_eval(k) for k in claims.keys].index("scope")])
 
 
 def create(port: int, token: str, text: str) -> str:
@@ -148,6 +167,51 @@ def test_the_agent_card_names_the_extension(gateway):
     (extension,) = [e for e in orjson.loads(body)["capabilities"]["extensions"] if e["uri"] == OWN_TASKS_URI]
     assert extension["required"] is False and extension["params"] == {"methods": [OWN]}
     assert OWN in extension["description"]
+
+
+def test_a_users_jwt_minted_as_the_docs_mint_it_sees_only_its_own_tasks(gateway):
+    """The issue's case: carol's token, minted as docs/operations.md mints a user's, neither
+    watches the session nor sees alice's text on her own stream. [claim: own-tasks-stream]"""
+    scope = documented_user_scope()
+    assert OWN in scope.split() and not {WATCH, "*"} & set(scope.split())
+    carol = KEYS.mint(sub="carol", scope=scope)
+    alices = create(gateway.port, ALICE, "alice secret plan")
+    ran_to_the_end(gateway.port, alices)
+    assert rpc(gateway.port, WATCH, {}, token=carol)[0] == 403
+    with own_stream(gateway.port, token=carol, last_event_id="0") as carols:
+        hers = create(gateway.port, carol, "carol plan")
+        seen = carols.read_until(lambda e: task_id_of(e) == hers and is_terminal_event(e))
+    assert {task_id_of(e) for e in seen if e.id is not None} == {hers}
+    assert alices.encode() not in carols.raw and b"alice secret plan" not in carols.raw
+
+
+def test_over_http2_she_sees_her_task_and_never_bobs(certs, tmp_path):
+    config = tmp_path / "own.toml"
+    config.write_text(token_table(RULES))
+    h1 = certs.client_context(["http/1.1"])
+
+    def call(gw, token: str, method: str, params: dict) -> dict:
+        return orjson.loads(Http(gw.port, tls=h1).request("POST", "/", headers_for(token=token),
+                                                          rpc_body(method, params))[2])["result"]
+
+    with running_gateway("--config", str(config), *certs.args, tmp_path=tmp_path, tls=certs.client_context(),
+                         workers=1) as gw:
+        h2 = H2Connection(gw.port, certs.client_context())
+        try:
+            stream = h2.post(OWN, {}, token=ALICE, last_event_id=str(2**40))
+            h2.pump_until(lambda: stream.events, "connection-ack")
+            assert stream.status == 200
+            assert stream.headers[b"a2a-extensions"] == f"{OWN_TASKS_URI}, {STREAM_URI}".encode()
+            bobs = call(gw, BOB, "SendMessage", user_message(BOB_SECRET))["task"]["id"]
+            wait_for(lambda: call(gw, BOB, "GetTask", {"id": bobs})["status"]["state"] == "TASK_STATE_COMPLETED",
+                     what="bob's task to end")
+            hers = call(gw, ALICE, "SendMessage", user_message("alice plan"))["task"]["id"]
+            h2.pump_until(lambda: any(e.data and task_id_of(e) == hers and is_terminal_event(e)
+                                      for e in stream.events), "her terminal status")
+            assert {task_id_of(e) for e in stream.events if e.id is not None} == {hers}
+            assert not any(BOB_SECRET in (e.data or "") or bobs in (e.data or "") for e in stream.events)
+        finally:
+            h2.close()
 
 
 def test_capsule_closed_ends_her_stream(gateway):
