@@ -68,3 +68,9 @@ def owned(meta: int, owner_code: int) -> int:
 def meta_owner(meta: int) -> int:
     """The owner code of a record's task (0: no token created it, or an event of no task)."""
     return meta >> OWNER_SHIFT
+
+
+def owner_tag(owner_code: int) -> int:
+    """An owner among the task keys (each >= 0) a pass names the events it copied by: never a
+    key, so a watcher of one owner's tasks is passed over as a task stream is."""
+    return -1 - owner_code

@@ -1,6 +1,7 @@
 """A murgw.WatchOwnTasks stream's filter, in-process (gateway/worker/delivery/stream.py and
 gateway/common/records.py): it takes the events whose record names its owner code, and those
-of no task, live and replayed; it never shares a watcher's batch; the lag rule is a watcher's.
+of no task, live and replayed; it never shares a watcher's batch; a pass passes over it when
+no new event is its owner's; the lag rule is a watcher's.
 The sequencer's side: each owner name has one code, 0 for no owner."""
 
 from __future__ import annotations
@@ -82,6 +83,17 @@ def test_the_lag_rule_is_a_watchers_and_counts_every_event_it_skipped():
     frames = [orjson.loads(e.data)["result"] for e in SSEParser().feed(body) if e.id is None]
     assert len(frames) == 1 and noted.missed == 210 - LAG_LIMIT
     assert ids(body) == list(range(201, 211))
+
+
+def test_a_pass_passes_over_it_only_when_no_new_event_is_its_owners_or_of_no_task():
+    keys_of = [{1, records.owner_tag(BOB)}, {1, records.owner_tag(ALICE)}, {0, records.owner_tag(0)}]
+    answers = []
+    for keys in keys_of:
+        parked = stream(ALICE)
+        answers.append((parked.pass_over(keys, 9), parked.cursor))
+    assert answers == [(True, 9), (False, 0), (False, 0)]
+    assert not stream(None).pass_over({1, records.owner_tag(BOB)}, 9)  # a plain watcher is always written
+    assert records.owner_tag(0) < 0 and records.owner_tag(ALICE) != records.owner_tag(BOB)
 
 
 def test_one_code_per_owner_name_and_none_for_no_owner():

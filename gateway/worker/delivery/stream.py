@@ -129,9 +129,8 @@ class TaskView:
 
 
 class Noted:
-    """What one step of a stream noted for the hub's metrics: its own walk of the window, the
-    heartbeat it wrote, the lagged frames. Returned in the step's delivery, made only when
-    there is something to note."""
+    """What one step of a stream noted for the hub's metrics (its own walk of the window, the
+    heartbeat it wrote, the lagged frames): in its delivery, made only when there is something."""
 
     __slots__ = ("delivered", "lag", "missed", "lagged_frames", "beat_due")
 
@@ -218,11 +217,12 @@ class Stream:
         return entry.key == self.task.key and not (self.plain and entry.meta & records.FRAME)
 
     def pass_over(self, keys: set[int], head: int) -> bool:
-        """The hub's pass copied events up to `head` whose keys are `keys`, and this stream had
-        consumed every event before them: when none is its task's, it accepts none of them
-        and is past them without a walk (True)."""
+        """The hub's pass copied events up to `head` whose keys (and owners' tags) are `keys`,
+        and this stream had consumed every event before them: when none is its task's (its
+        owner's, or of no task), it accepts none of them and is past them without a walk (True)."""
         if self.task is None or self.task.key in keys:
-            return False
+            if self.owner is None or 0 in keys or records.owner_tag(self.owner) in keys:
+                return False
         self.cursor = head
         return True
 
