@@ -10,7 +10,8 @@ begin and whether a `gap` frame follows the opening; the hub opens the stream th
 (`Hub.open_stream`), and writes the replay's events from its window a piece at a time
 (stream.py, catchup.py): the opening holds only its head frames. A murgw.WatchOwnTasks
 watcher opens as a WatchSession does, filtered by the code its caller's tasks carry in ring
-records (asked of the sequencer once, `Op.OWNER_CODE`); upstream mode refuses it (-32004):
+records (asked of the sequencer once a caller, `Op.OWNER_CODE`, and kept: `owner_codes`,
+at most `tuning.OWNER_CODES_KEPT`); upstream mode refuses it (-32004):
 the upstream names a new task's id only once its first events may be in the ring already,
 so their owner is not known when they are recorded. The response head
 (`text/event-stream`, `A2A-Extensions`) is sent last, once nothing can refuse the stream.
@@ -31,6 +32,7 @@ import time
 
 import orjson
 
+from gateway import tuning
 from gateway.config.options import Config, TokenRule
 from gateway.common.control import ControlClient, Op
 from gateway.common.metrics import Counters
@@ -62,6 +64,7 @@ class Openings:
         self.expiries: dict[Served, asyncio.TimerHandle] = {}  # streams whose token expires
         self.pace = OpeningPace()  # a storm's openings, a few a turn of the loop
         self.conversation_mode = config.lifecycle.conversation
+        self.owner_codes: dict[str, int] = {}  # owner name -> the code its tasks carry in ring records
 
     async def open(self, scope, send, method: str, rpc_id, params: dict, caller: Caller,
                    rule: TokenRule | None) -> Served | None:
@@ -164,7 +167,13 @@ class Openings:
                                                   "use SubscribeToTask for each task")
         if caller.owner is None:
             return 0
-        return (await self.control.call(Op.OWNER_CODE, **caller.params()))["code"]
+        code = self.owner_codes.get(caller.owner)
+        if code is None:
+            code = (await self.control.call(Op.OWNER_CODE, **caller.params()))["code"]
+            if len(self.owner_codes) >= tuning.OWNER_CODES_KEPT:
+                self.owner_codes.clear()
+            self.owner_codes[caller.owner] = code
+        return code
 
     def _replay_plan(self, scope: dict, watch: bool) -> ReplayPlan:
         """What the stream replays (`Last-Event-ID`), counted by its outcome."""
