@@ -6,13 +6,16 @@ per-user token should; ops holds murmur.WatchSession (and so sees every task) bu
 WatchOwnTasks; narrow holds GetTask alone. Bob's task runs while alice watches; alice's
 stream, live or replayed from 0, carries her tasks and the frames of no task, never a byte
 of bob's; so does a JWT minted with the scope docs/operations.md gives a user, and so does
-the stream over HTTP/2. A public door's stream carries every task; upstream mode refuses it.
+the stream over HTTP/2; a reload that takes its scope away ends it. A public door's stream
+carries every task; upstream mode refuses it.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import signal
 from pathlib import Path
 
 import orjson
@@ -21,7 +24,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import OWN_TASKS_URI, STREAM_URI
-from helpers.gateway_harness import GatewayOptions, front_of, running_gateway, token_table, wait_for
+from helpers.gateway_harness import GatewayOptions, front_of, running_gateway, scrape, token_table, wait_for
 from helpers.http_client import Http, headers_for, problem_detail, rpc, rpc_body, user_message
 from helpers.jwt_tokens import KeyPair, jwt_table
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
@@ -212,6 +215,25 @@ def test_over_http2_she_sees_her_task_and_never_bobs(certs, tmp_path):
             assert not any(BOB_SECRET in (e.data or "") or bobs in (e.data or "") for e in stream.events)
         finally:
             h2.close()
+
+
+def test_a_reload_that_takes_the_scope_away_ends_her_stream_and_leaves_bobs(tmp_path):
+    """As for every method: a stream whose token lost its method's scope ends at the reload."""
+    config = tmp_path / "own.toml"
+    config.write_text(token_table(RULES))
+    with running_gateway("--config", str(config), tmp_path=tmp_path, metrics=True) as gw:
+        with own_stream(gw.port, token=ALICE) as alices, own_stream(gw.port, token=BOB) as bobs:
+            less = [(name, token, [s for s in scopes if s != OWN] if name == "alice" else scopes)
+                    for name, token, scopes in RULES]
+            config.write_text(token_table(less))
+            os.kill(gw.pid, signal.SIGHUP)
+            wait_for(lambda: scrape(gw.metrics_port)['murgw_config_reloads_total{outcome="applied"}'] == 1,
+                     what="the reload applied")
+            list(alices.events())  # ended, within a heartbeat of the reload
+            assert alices.ended and alices.raw.endswith(b"\n\n")
+            bob_task = create(gw.port, BOB, "bob goes on")
+            assert task_id_of(bobs.read_until(is_terminal_event)[-1]) == bob_task
+        assert rpc(gw.port, OWN, {}, token=ALICE)[0] == 403
 
 
 def test_capsule_closed_ends_her_stream(gateway):
