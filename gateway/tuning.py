@@ -84,6 +84,12 @@ BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling b
 # openings hold the loop about 6 ms, as an accept burst does.
 OPENINGS_PER_TURN = 64
 
+# Owner codes a worker keeps (gateway/worker/opening.py): a murgw.WatchOwnTasks opening asks the
+# sequencer for its caller's code once, so a storm of a user's reconnects makes no control
+# call each; about 150 bytes an entry, the lot forgotten when full (the sequencer's codes
+# never change in a gateway's life, so forgetting costs only the calls).
+OWNER_CODES_KEPT = 4096
+
 # A worker hands glibc's free heap back every this many seconds (gateway/worker/malloc_trim.py).
 HEAP_TRIM_SECONDS = 5.0
 

@@ -42,6 +42,12 @@ deadline (`--deadline`).
     python -m loadtest.bench --duration 3 --large 2000 --idle 2000 --repeats 1   # a quick look
     python -m loadtest.bench --only gateway --only nchan --workers 1 --nginx-workers 1 \
         --server-cpus 0 --client-cpus 1 --procs 1 --client "python -m loadtest.csse_client /tmp/csse"
+
+`--method murgw.WatchOwnTasks` has the gateway's watchers open the stream of their own tasks
+(README, "A caller's own tasks") in place of murmur.WatchSession: at the bench's public door
+every task is the anonymous caller's, so each watcher gets the same events, walked and joined
+by each stream alone where WatchSession's watchers in step share one batch; the two runs'
+server CPU per million deliveries is what the filter costs.
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
+from gateway.protocol.activation import WATCH_OWN_TASKS, WATCH_SESSION  # noqa: E402
 from loadtest import monitor, wire  # noqa: E402
 
 PYTHON = sys.executable
@@ -345,6 +352,8 @@ def drive(args, server, watchers: int, rate: float, label: str, counts: str) -> 
            "--sample-every", str(max(1, watchers // args.timed_per_event)),
            "--heartbeat-interval", str(args.heartbeat_interval), "--server-pid", str(server.proc.pid),
            "--label", label]
+    if server.name == "gateway":
+        cmd += ["--method", args.method]
     # In a session of its own: a client that overruns is killed with the processes it forked
     # (the driver's clients would outlive their parent, holding their connections).
     client = subprocess.Popen(pinned(cmd, args.client_cpus), cwd=ROOT, stdout=subprocess.PIPE,
@@ -385,7 +394,7 @@ def one_run(args, system: str, watchers: int, rate: float, workers: int, label: 
         report = drive(args, server, watchers, rate, label, os.path.join(tmp, "counts"))
         if system == "gateway" and rate:
             report["server_heartbeat_jitter_p99_ms"] = server.heartbeat_jitter_p99_ms()
-    report.update(system=system, workers=workers)
+    report.update(system=system, workers=workers, method=args.method if system == "gateway" else None)
     if args.quiet:
         return report
     print(f"  {label:<28} opened {report['opened']:>6}  {report['deliveries_per_s']:>9}/s  "
@@ -545,6 +554,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=SYSTEMS, action="append", help="run only these systems")
     p.add_argument("--scenario", choices=("small", "large", "idle"), action="append",
                    help="run only these scenarios (the ladder is --ladder's)")
+    p.add_argument("--method", choices=(WATCH_SESSION, WATCH_OWN_TASKS), default=WATCH_SESSION,
+                   help="the gateway's watchers' stream: every task, or their own (filtered, no shared batch)")
     p.add_argument("--json", help="write every run's report here (e.g. under loadtest/out/)")
     p.add_argument("--table", help="print the table of a saved --json file (same flags) instead of running")
     monitor.add_options(p)
@@ -567,7 +578,7 @@ def main(argv=None) -> int:
     print(f"\n{started_at}, {os.cpu_count()} cores, {args.rate:g} events/s of "
           f"{args.size} B, window {args.duration:g} s, {args.repeats} repeat(s), medians; "
           f"server cpus {args.server_cpus or 'any'}, client cpus {args.client_cpus or 'any'}, "
-          f"client {args.client}\n")
+          f"client {args.client}, gateway watchers on {args.method}\n")
     print(markdown(table))
     return 0
 

@@ -65,6 +65,7 @@ class Op(enum.Enum):
     LIST = "list", ("params", *WHO)  # ListTasks
     CANCEL = "cancel", ("id", *WHO)  # CancelTask
     STOP = "stop", ()  # murmur.StopSession
+    OWNER_CODE = "owner_code", WHO  # murgw.WatchOwnTasks: the code its caller's tasks carry in the ring
     ATTACHMENT = "attachment", ("task_id", "sha256", *WHO)  # /attachments/<task>/<sha256>
     CARD = "card", ()  # the upstream's public agent card (upstream mode)
     EXTENDED_CARD = "extended_card", ()  # GetExtendedAgentCard (upstream mode)

@@ -17,14 +17,14 @@ from bisect import bisect_left
 
 from gateway.common import board
 from gateway.common.board import Role
-from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_OWN_TASKS, WATCH_SESSION
 from gateway.protocol.errors import ERRORS
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.common.stall import PULSE_SECONDS
 from shm import CounterBlocks
 
 PREFIX = "murgw_"
-ENDPOINTS = (WATCH_SESSION, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK)
+ENDPOINTS = (WATCH_SESSION, SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_OWN_TASKS)
 REPLAY_OUTCOMES = ("replayed", "gap", "none")
 JSONRPC_CODES = tuple(str(code) for code in ERRORS)  # every code the gateway can answer
 LAG_BUCKETS = (0,) + tuple(1 << i for i in range(board.RING_SLOTS.bit_length()))  # 0, 1, 2, 4 .. the ring's slots

@@ -6,11 +6,15 @@ equals STREAM_URI exactly. murmur.WatchSession is always activated; the task str
 only when asked; every other method never. A response names the door URI, first, when
 the request used the door extension: always on murmur.WatchSession, and on a request
 whose `message.metadata` holds the door URI (it carries forgetSession).
+
+murgw.WatchOwnTasks is this gateway's extension, not the spec's (OWN_TASKS_URI): a
+murmur.WatchSession of its caller's own tasks, always activated as WatchSession is, its
+response naming its own URI first in place of the door's.
 """
 
 from typing import NamedTuple
 
-from gateway.protocol.uris import DOOR_URI, STREAM_URI
+from gateway.protocol.uris import DOOR_URI, OWN_TASKS_URI, STREAM_URI
 
 SEND_STREAMING_MESSAGE = "SendStreamingMessage"
 SUBSCRIBE_TO_TASK = "SubscribeToTask"
@@ -21,12 +25,14 @@ LIST_TASKS = "ListTasks"
 CANCEL_TASK = "CancelTask"
 STOP_SESSION = "murmur.StopSession"
 GET_EXTENDED_AGENT_CARD = "GetExtendedAgentCard"
+WATCH_OWN_TASKS = "murgw.WatchOwnTasks"  # the gateway's extension (OWN_TASKS_URI)
 # Every method the gateway serves, the names a token's scopes may hold (config/authentication.py checks them).
 METHODS = (SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK, WATCH_SESSION, SEND_MESSAGE, GET_TASK,
-           LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD)
+           LIST_TASKS, CANCEL_TASK, STOP_SESSION, GET_EXTENDED_AGENT_CARD, WATCH_OWN_TASKS)
 
 TASK_STREAM_METHODS = frozenset({SEND_STREAMING_MESSAGE, SUBSCRIBE_TO_TASK})
-STREAM_METHODS = TASK_STREAM_METHODS | {WATCH_SESSION}
+WATCHER_METHODS = frozenset({WATCH_SESSION, WATCH_OWN_TASKS})  # session-wide streams
+STREAM_METHODS = TASK_STREAM_METHODS | WATCHER_METHODS
 
 ALWAYS = "always"
 WHEN_ASKED = "when-asked"  # stream: the request's A2A-Extensions names STREAM_URI
@@ -37,6 +43,7 @@ NEVER = "never"
 class Activation(NamedTuple):
     stream: str
     door: str
+    own: str = NEVER  # OWN_TASKS_URI, this gateway's extension
 
 
 # The Activation table; a method not listed is answered by `_OTHER_METHODS`.
@@ -44,6 +51,7 @@ ACTIVATION: dict[str, Activation] = {
     WATCH_SESSION: Activation(stream=ALWAYS, door=ALWAYS),
     SEND_STREAMING_MESSAGE: Activation(stream=WHEN_ASKED, door=WHEN_USED),
     SUBSCRIBE_TO_TASK: Activation(stream=WHEN_ASKED, door=WHEN_USED),
+    WATCH_OWN_TASKS: Activation(stream=ALWAYS, door=NEVER, own=ALWAYS),
 }
 _OTHER_METHODS = Activation(stream=NEVER, door=WHEN_USED)
 
@@ -68,9 +76,9 @@ def connection_activated(method: str, values: list[str]) -> bool:
 
 
 def response_extensions(method: str, *, activated: bool, door_used: bool = False) -> list[str]:
-    """The URIs the response head names, door first."""
+    """The URIs the response head names, door (or the gateway's own) first."""
     rule = ACTIVATION.get(method, _OTHER_METHODS)
-    uris = []
+    uris = [OWN_TASKS_URI] if rule.own == ALWAYS else []
     if _applies(rule.door, door_used):
         uris.append(DOOR_URI)
     if _applies(rule.stream, activated):

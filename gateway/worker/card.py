@@ -1,6 +1,7 @@
 """The agent card this door serves: its own, or (upstream mode) the upstream's with this
 gateway's address in every interface. `capabilities.extensions` lists the door, capsule and
-stream extensions in that order."""
+stream extensions in that order, then the gateway's own (murgw.WatchOwnTasks), which upstream
+mode does not serve and its card does not name."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from gateway.common.control import ControlClient, Op
 from gateway.common.metrics import Counters
 from gateway.protocol import events
 from gateway.protocol.errors import RpcError
-from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.protocol.activation import WATCH_OWN_TASKS
+from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, OWN_TASKS_URI, STREAM_URI
 from gateway.worker.door.asgi_http import RETRY_AFTER
 from gateway.worker.door.refusal import Refused
 
@@ -37,14 +39,26 @@ def own_url(config: Config, scope: dict) -> str:
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:
-    """The upstream's card, every interface pointing at this gateway instead, and the security
-    fields saying what this gateway's own door asks (it enforces its own tokens)."""
+    """The upstream's card, every interface pointing at this gateway instead, the security
+    fields saying what this gateway's own door asks (it enforces its own tokens), and not the
+    gateway's own extension, which upstream mode does not serve."""
     interfaces = card.get("supportedInterfaces")
     if isinstance(interfaces, list):
         card = {**card, "supportedInterfaces": [
             {**i, "url": own_url(config, scope)} if isinstance(i, dict) else i for i in interfaces]}
     card = {k: v for k, v in card.items() if k not in ("securitySchemes", "securityRequirements")}
-    return {**card, **door_fields(config)}
+    return {**without_own_tasks(card), **door_fields(config)}
+
+
+def without_own_tasks(card: dict) -> dict:
+    """The card less OWN_TASKS_URI: an upstream (another gateway) may serve it, this gateway in
+    upstream mode does not."""
+    capabilities = card.get("capabilities")
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    if not isinstance(extensions, list):
+        return card
+    kept = [e for e in extensions if not (isinstance(e, dict) and e.get("uri") == OWN_TASKS_URI)]
+    return {**card, "capabilities": {**capabilities, "extensions": kept}}
 
 
 def door_fields(config: Config) -> dict:
@@ -78,6 +92,11 @@ def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
                                 "A2A-Extensions header names this URI, and always on murmur.WatchSession. "
                                 "Each is carried in a StreamResponse under metadata keyed by this URI.",
                  "required": False, "params": {"frames": frames}},
+                {"uri": OWN_TASKS_URI,
+                 "description": f"{WATCH_OWN_TASKS}: murmur.WatchSession's stream of the caller's own tasks "
+                                "only (those its token created), with the frames of no task; a token "
+                                "needs this method's scope, never murmur.WatchSession's.",
+                 "required": False, "params": {"methods": [WATCH_OWN_TASKS]}},
             ],
             "extendedAgentCard": config.authenticated,
         },

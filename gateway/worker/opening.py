@@ -8,7 +8,12 @@ answered as one `task` event, and no stream opens); a watcher's opening is its
 `connection-ack`. The replay (`Last-Event-ID`, protocol/replay.py) decides where its events
 begin and whether a `gap` frame follows the opening; the hub opens the stream there
 (`Hub.open_stream`), and writes the replay's events from its window a piece at a time
-(stream.py, catchup.py): the opening holds only its head frames. The response head
+(stream.py, catchup.py): the opening holds only its head frames. A murgw.WatchOwnTasks
+watcher opens as a WatchSession does, filtered by the code its caller's tasks carry in ring
+records (asked of the sequencer once a caller, `Op.OWNER_CODE`, and kept: `owner_codes`,
+at most `tuning.OWNER_CODES_KEPT`); upstream mode refuses it (-32004):
+the upstream names a new task's id only once its first events may be in the ring already,
+so their owner is not known when they are recorded. The response head
 (`text/event-stream`, `A2A-Extensions`) is sent last, once nothing can refuse the stream.
 
 Each open stream that a limit counts or a token let in is held here (`holds`): a reload ends
@@ -27,11 +32,13 @@ import time
 
 import orjson
 
+from gateway import tuning
 from gateway.config.options import Config, TokenRule
 from gateway.common.control import ControlClient, Op
 from gateway.common.metrics import Counters
 from gateway.protocol import activation, events, sse
-from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_SESSION
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_OWN_TASKS, WATCHER_METHODS
+from gateway.protocol.errors import UNSUPPORTED_OPERATION, RpcError
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, head_of
 from gateway.worker.delivery.hub import Hub, Served
@@ -57,6 +64,7 @@ class Openings:
         self.expiries: dict[Served, asyncio.TimerHandle] = {}  # streams whose token expires
         self.pace = OpeningPace()  # a storm's openings, a few a turn of the loop
         self.conversation_mode = config.lifecycle.conversation
+        self.owner_codes: dict[str, int] = {}  # owner name -> the code its tasks carry in ring records
 
     async def open(self, scope, send, method: str, rpc_id, params: dict, caller: Caller,
                    rule: TokenRule | None) -> Served | None:
@@ -116,10 +124,11 @@ class Openings:
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
             params.get("message") if isinstance(params.get("message"), dict) else {})
         since = self.hub.reading_point()  # before the task is read, so no event is lost in between
-        if method == WATCH_SESSION:
+        if method in WATCHER_METHODS:
+            owner = await self._owner_code(caller) if method == WATCH_OWN_TASKS else None
             plan = self._replay_plan(scope, watch=True)
             served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
-                                          rpc_id_json=rpc_id_json)
+                                          rpc_id_json=rpc_id_json, owner=owner)
             stream = served.stream
             head = stream.connection_frame(events.connection_ack_frame(self._conversation()))
         else:
@@ -149,6 +158,22 @@ class Openings:
         stream.opening = head + stream.connection_frame(events.gap_frame(plan.gap)) if gap else head
         await self._start(send, method, activated, door_used)
         return served
+
+    async def _owner_code(self, caller: Caller) -> int:
+        """The code the caller's own tasks carry in ring records (0 at a public door, where
+        every task is the anonymous caller's)."""
+        if self.config.upstream:
+            raise RpcError(UNSUPPORTED_OPERATION, f"{WATCH_OWN_TASKS} is not served in upstream mode: "
+                                                  "use SubscribeToTask for each task")
+        if caller.owner is None:
+            return 0
+        code = self.owner_codes.get(caller.owner)
+        if code is None:
+            code = (await self.control.call(Op.OWNER_CODE, **caller.params()))["code"]
+            if len(self.owner_codes) >= tuning.OWNER_CODES_KEPT:
+                self.owner_codes.clear()
+            self.owner_codes[caller.owner] = code
+        return code
 
     def _replay_plan(self, scope: dict, watch: bool) -> ReplayPlan:
         """What the stream replays (`Last-Event-ID`), counted by its outcome."""

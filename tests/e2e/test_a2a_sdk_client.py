@@ -24,7 +24,7 @@ from a2a.types import a2a_pb2
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf import json_format
 
-from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, OWN_TASKS_URI, STREAM_URI
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +117,7 @@ async def test_sdk_resolves_the_agent_card_to_the_jsonrpc_interface(gateway):
     assert interface.protocol_version == A2A_VERSION
     assert interface.url == base_url(gateway) + "/"
     assert card.capabilities.streaming
-    assert [ext.uri for ext in card.capabilities.extensions] == [DOOR_URI, CAPSULE_URI, STREAM_URI]
+    assert [ext.uri for ext in card.capabilities.extensions] == [DOOR_URI, CAPSULE_URI, STREAM_URI, OWN_TASKS_URI]
     stream_extension = find_extension_by_uri(card, STREAM_URI)
     assert not stream_extension.required
     assert "text" in json_format.MessageToDict(stream_extension.params)["frames"]

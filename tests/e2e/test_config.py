@@ -148,7 +148,8 @@ STRICT_FILES = [  # (a file, the one line that refuses it)
     (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["GetTsk"]\n',
      "config [[network.authentication.tokens]] #1 scopes: 'GetTsk' is not a method this gateway "
      'serves; it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, '
-     "SendMessage, GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard"),
+     "SendMessage, GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard, "
+     "murgw.WatchOwnTasks"),
     (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\n',
      "config [[network.authentication.tokens]] #1 scopes: must be a non-empty array of method "
      'names, or ["*"]'),
@@ -375,7 +376,7 @@ BAD_TOKENS = (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGE
               '[[network.authentication.tokens]]\nname = "late"\nscopes = []\nexpires = 2027-01-01\n')
 ENTRY = "config [[network.authentication.tokens]] #"
 SERVED = ('it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, SendMessage, '
-          "GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard")
+          "GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard, murgw.WatchOwnTasks")
 BAD_TOKEN_LINES = [
     f"{ENTRY}2 expire: unknown setting; a token takes name, sha256, scopes, max_streams, expires",
     f"{ENTRY}2 name: '' is not a name; it accepts non-empty text",

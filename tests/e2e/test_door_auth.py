@@ -14,7 +14,7 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, STREAM_URI
+from gateway.protocol.uris import CAPSULE_URI, DOOR_URI, OWN_TASKS_URI, STREAM_URI
 from helpers.gateway_harness import GatewayOptions, front_of, running_gateway, token_table, wait_for
 from helpers.http_client import Http, headers_for, problem_detail, rpc, user_message
 from helpers.sse_reading import SSEStream, describe, is_terminal_event, item, unknown_like
@@ -94,7 +94,7 @@ def test_public_card_names_the_scheme_and_lists_the_stream_after_the_door(gatewa
     assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
     assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}]
     uris = [ext["uri"] for ext in card["capabilities"]["extensions"]]
-    assert uris == [DOOR_URI, CAPSULE_URI, STREAM_URI]
+    assert uris == [DOOR_URI, CAPSULE_URI, STREAM_URI, OWN_TASKS_URI]
     assert card["capabilities"]["extendedAgentCard"] is True
 
 
@@ -104,7 +104,8 @@ def test_extended_card_needs_a_token_and_carries_the_stream_extension(gateway):
     status, _, body = rpc(gateway.port, "GetExtendedAgentCard", {}, token=ALICE)
     assert status == 200
     json_format.Parse(orjson.dumps(body["result"]), a2a_pb2.AgentCard(), ignore_unknown_fields=False)
-    assert [ext["uri"] for ext in body["result"]["capabilities"]["extensions"]] == [DOOR_URI, CAPSULE_URI, STREAM_URI]
+    assert [ext["uri"] for ext in body["result"]["capabilities"]["extensions"]] == [DOOR_URI, CAPSULE_URI, STREAM_URI,
+                                                                                 OWN_TASKS_URI]
 
 
 def test_tokens_are_never_logged(gateway):

@@ -3,7 +3,7 @@
 import pytest
 
 from gateway.protocol import activation as act
-from gateway.protocol.uris import DOOR_URI, STREAM_URI
+from gateway.protocol.uris import DOOR_URI, OWN_TASKS_URI, STREAM_URI
 
 pytestmark = pytest.mark.unit
 
@@ -50,6 +50,15 @@ def test_watch_session_always_names_door_then_stream(activated):
         "https://docs.murmur.nexus/reference/agent-card/#murmur-door-v1, "
         "https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1"
     )
+
+
+@pytest.mark.parametrize("activated", [True, False])
+def test_watch_own_tasks_names_its_own_extension_then_the_stream_never_the_door(activated):
+    assert act.response_extensions(act.WATCH_OWN_TASKS, activated=activated) == [OWN_TASKS_URI, STREAM_URI]
+    assert act.response_extensions(act.WATCH_OWN_TASKS, activated=activated, door_used=True) == [
+        OWN_TASKS_URI, STREAM_URI]
+    assert act.connection_activated(act.WATCH_OWN_TASKS, [])
+    assert act.WATCH_OWN_TASKS in act.METHODS and act.WATCH_OWN_TASKS in act.STREAM_METHODS
 
 
 @pytest.mark.parametrize("method", OTHER_METHODS)

@@ -42,7 +42,7 @@ class EmbeddedCapsule:
         self._settling: dict[int, asyncio.Future] = {}  # task key -> a SendMessage awaiting it
         self.operations = {Op.SEND: self.send, Op.GET: self.get, Op.SUBSCRIBE: self.subscribe,
                            Op.LIST: self.list, Op.CANCEL: self.cancel, Op.STOP: self.stop_session,
-                           Op.ATTACHMENT: self.attachment}
+                           Op.ATTACHMENT: self.attachment, Op.OWNER_CODE: self.owner_code}
 
     def start(self) -> None:
         self.runner.start()
@@ -58,10 +58,10 @@ class EmbeddedCapsule:
         status = task.set_status(state, text)
         meta = records.status_meta(state)
         if reopen is None:
-            self.writer.publish(task.key, meta, orjson.dumps(events.status_update(task.id, task.context_id, status)))
+            self._publish(task, meta, orjson.dumps(events.status_update(task.id, task.context_id, status)))
         else:
             full, plain = events.reopen_status_update(task.id, task.context_id, status, reopen)
-            self.writer.publish(task.key, meta, orjson.dumps(full), orjson.dumps(plain))
+            self._publish(task, meta, orjson.dumps(full), orjson.dumps(plain))
         if meta & (records.TERMINAL | records.INPUT_REQUIRED):
             waiter = self._settling.pop(task.key, None)
             if waiter is not None:
@@ -69,11 +69,15 @@ class EmbeddedCapsule:
 
     def frame(self, task: Task, frame: dict) -> None:
         result = events.task_frame_event(task.id, task.context_id, frame, state=task.state)
-        self.writer.publish(task.key, records.make_meta(task.state, records.FRAME), orjson.dumps(result))
+        self._publish(task, records.make_meta(task.state, records.FRAME), orjson.dumps(result))
 
     def response(self, task: Task, artifact: dict) -> None:
-        self.writer.publish(task.key, records.make_meta(task.state, 0),
-                            orjson.dumps(events.artifact_update(task.id, task.context_id, artifact)))
+        self._publish(task, records.make_meta(task.state, 0),
+                      orjson.dumps(events.artifact_update(task.id, task.context_id, artifact)))
+
+    def _publish(self, task: Task, meta: int, full: bytes, plain: bytes | None = None) -> None:
+        """One event of `task`, its record naming the task and its owner."""
+        self.writer.publish(task.key, records.owned(meta, task.owner_code), full, plain)
 
     # --- control operations ---
 
@@ -151,6 +155,10 @@ class EmbeddedCapsule:
         if task.runner is not None and not task.runner.done():
             await asyncio.wait([task.runner])
         return task.snapshot()
+
+    async def owner_code(self, p: dict) -> dict:
+        """The code a caller's tasks carry in ring records (murgw.WatchOwnTasks filters by it)."""
+        return {"code": self.registry.owner_code(Caller.of(p).owner)}
 
     async def stop_session(self, p: dict) -> dict:
         await self.runner.stop_session()

@@ -25,6 +25,7 @@ class Task:
     context_id: str
     owner: str | None
     status: dict
+    owner_code: int = 0  # `Registry.owner_code` of its owner, in each of its ring records' meta
     artifacts: list[dict] = field(default_factory=list)
     attachments: dict[str, tuple[str, bytes]] = field(default_factory=dict)
     started: bool = False
@@ -50,17 +51,26 @@ class Task:
 
 
 class Registry:
-    """Tasks by id, in creation order; keys are small integers for ring records."""
+    """Tasks by id, in creation order; keys are small integers for ring records, and so are
+    owner codes: one per owner name, kept for the session, so a record names its task's owner
+    in its meta (common/records.py) and a stream of one caller's tasks filters by it."""
 
     def __init__(self) -> None:
         self._by_id: dict[str, Task] = {}
         self._keys = itertools.count(1)
+        self._owner_codes: dict[str, int] = {}
         self.contexts = ContextOwners()
+
+    def owner_code(self, owner: str | None) -> int:
+        """The code of `owner`'s tasks in ring records, given on first use (0: no owner)."""
+        if owner is None:
+            return 0
+        return self._owner_codes.setdefault(owner, len(self._owner_codes) + 1)
 
     def create(self, owner: str | None, context_id: str | None = None) -> Task:
         task_id = ids.new_task_id()
         task = Task(next(self._keys), task_id, context_id or ids.new_context_id(), owner,
-                    status={})
+                    status={}, owner_code=self.owner_code(owner))
         task.set_status(states.SUBMITTED)
         self._by_id[task_id] = task
         self.contexts.add(task.context_id, owner)

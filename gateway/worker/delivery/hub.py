@@ -64,7 +64,7 @@ class Hub(Drivers):
                          new_session=self._new_session, before_copy=self._count_batches)
         self.board = self.pump.board
         self.watchers: set[Served] = set()
-        self.task_streams: set[Served] = set()
+        self.task_streams: set[Served] = set()  # and watchers of one owner's tasks: a pass may pass over
         self.heartbeats: Heartbeats[Served] = Heartbeats(interval, self._heartbeat_due)
         self.catch_up = CatchUp(self._write, self._after_catch_up)
         self._line: deque[Served] = deque()  # streams a pass has yet to write (`_pass`)
@@ -127,7 +127,7 @@ class Hub(Drivers):
         self.board.beat(self.index)
 
     def _pass(self, keys: set[int]) -> None:
-        """Every watcher, and every task stream the new events (`keys`) may concern, joins the
+        """Every watcher, and every filtered stream the new events (`keys`) may concern, joins the
         pass's line (once: one still waiting from the last pass writes whatever is due when
         its turn comes); the line is written PASS_STREAMS_PER_TURN a turn, in order, so a
         pass over tens of thousands of streams lets heartbeats and openings run between. The
@@ -299,8 +299,14 @@ class Hub(Drivers):
     def all_streams(self) -> list[Served]:
         return [*self.watchers, *self.task_streams]
 
+    def _set_of(self, served: Served) -> set[Served]:
+        """Watchers of every event, or the streams with a filter of their own (a task's, an
+        owner's), which a pass passes over when none of its events can be theirs."""
+        stream = served.stream
+        return self.watchers if stream.task is None and stream.owner is None else self.task_streams
+
     def _add(self, served: Served) -> None:
-        (self.watchers if served.stream.task is None else self.task_streams).add(served)
+        self._set_of(served).add(served)
         self.heartbeats.add(served)
         if served.stream.replay is not None:
             self.replaying.add(served)
@@ -311,7 +317,7 @@ class Hub(Drivers):
         self.counters.add("connections", label=endpoint)
 
     def _remove(self, served: Served) -> None:
-        (self.watchers if served.stream.task is None else self.task_streams).discard(served)
+        self._set_of(served).discard(served)
         self.replaying.discard(served)
         self.counters.sub("connections_open", label=served.stream.endpoint)
 

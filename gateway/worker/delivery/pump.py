@@ -4,8 +4,8 @@ ring record into the window.
 The sequencer wakes the worker (one byte on its wake socket) when events are written; the
 pump waits as long as the coalescing policy says (coalesce.py: 0 under light load, longer
 while passes fill the loop, so events written meanwhile travel together), copies each new
-record once into the window (`copy`) and hands the pass (hub.py) the keys of what it copied
-(`sync`). An opening that finds the ring ahead of the window copies too (`copy`, from
+record once into the window (`copy`) and hands the pass (hub.py) the keys of what it copied,
+and their owners' tags (records.owner_tag), `sync`. An opening that finds the ring ahead of the window copies too (`copy`, from
 `Hub.reading_point`), and runs no pass: the copy is owed to the other streams, and the pass
 due next (scheduled then) writes it to them, once a turn, not once an opening.
 
@@ -24,6 +24,7 @@ import time
 from typing import Callable
 
 from gateway import tuning
+from gateway.common import records
 from gateway.common.board import Board
 from gateway.worker.delivery.coalesce import next_delay
 from gateway.worker.delivery.window import Window
@@ -136,7 +137,9 @@ class Pump:
                 if record is None:
                     window.drop(event_id)
                 else:
-                    keys.add(window.put(event_id, record.key, record.meta, record.data).key)
+                    entry = window.put(event_id, record.key, record.meta, record.data)
+                    keys.add(entry.key)
+                    keys.add(records.owner_tag(records.meta_owner(entry.meta)))
             window.head = target
             self._arrived += arrived
         window.oldest = ring.oldest

@@ -126,9 +126,8 @@ class TaskView:
 
 
 class Noted:
-    """What one step of a stream noted for the hub's metrics: its own walk of the window, the
-    heartbeat it wrote, the lagged frames. Returned in the step's delivery, made only when
-    there is something to note."""
+    """What one step of a stream noted for the hub's metrics (its own walk of the window, the
+    heartbeat it wrote, the lagged frames): in its delivery, made only when there is something."""
 
     __slots__ = ("delivered", "lag", "missed", "lagged_frames", "beat_due")
 
@@ -148,14 +147,15 @@ Delivery = tuple[bytes, "Happened | None", "Noted | None"]
 class Stream:
     # Every open stream holds one of these for as long as it is open: slots, and only what
     # it reads (the request id lives inside `prefix`, activation is `not plain`).
-    __slots__ = ("endpoint", "prefix", "task", "plain", "state", "cursor", "replay_end", "replay", "opening",
-                 "lost", "last_state", "pending_missed", "session_changed", "events_sent")
+    __slots__ = ("endpoint", "prefix", "task", "owner", "plain", "state", "cursor", "replay_end", "replay",
+                 "opening", "lost", "last_state", "pending_missed", "session_changed", "events_sent")
 
     def __init__(self, *, endpoint: str, rpc_id_json: bytes, task: TaskView | None = None,
-                 activated: bool = True, cursor: int = 0):
+                 owner: int | None = None, activated: bool = True, cursor: int = 0):
         self.endpoint = endpoint
         self.prefix = sse.rpc_prefix(rpc_id_json)
         self.task = task
+        self.owner = owner  # murgw.WatchOwnTasks: the code its owner's tasks carry in records
         self.plain = not activated
         self.state = OPENING
         self.cursor = cursor  # the id of the last event it consumed (taken, skipped or lost)
@@ -207,18 +207,19 @@ class Stream:
     # --- which events it takes: its filter, here alone ---
 
     def accepts(self, entry: Entry) -> bool:
-        """A watcher takes every event; a task stream its task's, and a plain one none of its
-        frames."""
+        """A watcher takes every event (one of an owner's tasks: theirs and those of no task);
+        a task stream its task's, and a plain one none of its frames."""
         if self.task is None:
-            return True
+            return self.owner is None or not entry.key or records.meta_owner(entry.meta) == self.owner
         return entry.key == self.task.key and not (self.plain and entry.meta & records.FRAME)
 
     def pass_over(self, keys: set[int], head: int) -> bool:
-        """The hub's pass copied events up to `head` whose keys are `keys`, and this stream had
-        consumed every event before them: when none is its task's, it accepts none of them
-        and is past them without a walk (True)."""
+        """The hub's pass copied events up to `head` whose keys (and owners' tags) are `keys`,
+        and this stream had consumed every event before them: when none is its task's (its
+        owner's, or of no task), it accepts none of them and is past them without a walk (True)."""
         if self.task is None or self.task.key in keys:
-            return False
+            if self.owner is None or 0 in keys or records.owner_tag(self.owner) in keys:
+                return False
         self.cursor = head
         return True
 
@@ -301,7 +302,8 @@ class Stream:
         counts by its takers. False when this stream walks the window itself instead."""
         head, cursor, replay_end = window.head, self.cursor, self.replay_end
         replaying = cursor < replay_end
-        if self.task is not None or self.pending_missed or not (replaying or head - cursor <= LAG_LIMIT):
+        if (self.task is not None or self.owner is not None or self.pending_missed
+                or not (replaying or head - cursor <= LAG_LIMIT)):
             return False
         batch = (window.take_batch(cursor, replay_end, self.prefix, self.plain, self.replay) if replaying
                  else window.take_batch(cursor, head, self.prefix, self.plain))
