@@ -17,7 +17,7 @@ import pytest
 
 from helpers.gateway_harness import running_gateway, scrape, token_table, wait_for
 from helpers.http_client import problem_detail, rpc_body
-from helpers.tls_support import H2Connection
+from helpers.tls_support import H2Connection, H2Stream
 
 APP = "https://app.example"
 OTHER = "https://evil.example"
@@ -176,6 +176,16 @@ def test_the_gateways_own_origin_passes_with_no_cors_header(gw):
     assert status == 200 and cors_fields(fields) == {}
 
 
+def h2_preflight(h2: H2Connection, origin: str) -> H2Stream:
+    stream_id = h2.conn.get_next_available_stream_id()
+    h2.conn.send_headers(stream_id, [(b":method", b"OPTIONS"), (b":path", b"/"), (b":scheme", b"https"),
+                                     (b":authority", b"127.0.0.1"), (b"origin", origin.encode()),
+                                     (b"access-control-request-method", b"POST")], end_stream=True)
+    h2.sock.sendall(h2.conn.data_to_send())
+    stream = h2.streams[stream_id] = H2Stream(stream_id)
+    return stream
+
+
 def test_over_http2_the_same_headers(gw, certs, tmp_path):
     with running_gateway("--config", config_file(tmp_path, f'["{APP}"]'), *certs.args, workers=1,
                          tls=certs.client_context(), tmp_path=tmp_path) as h2gw:
@@ -185,7 +195,9 @@ def test_over_http2_the_same_headers(gw, certs, tmp_path):
             h2.pump_until(lambda: stream.events, "connection-ack")
             refused = h2.post("GetTask", {"id": "t"}, token="not-a-token", extra=[("Origin", APP)])
             other = h2.post("GetTask", {"id": "t"}, token=TOKEN, extra=[("Origin", OTHER)])
-            h2.pump_until(lambda: refused.ended and other.ended, "both refusals")
+            allowed, disallowed = h2_preflight(h2, APP), h2_preflight(h2, OTHER)
+            h2.pump_until(lambda: refused.ended and other.ended and allowed.ended and disallowed.ended,
+                          "the refusals and the preflights")
         finally:
             h2.close()
     expected = {b"access-control-allow-origin": APP.encode(), b"vary": b"Origin",
@@ -194,6 +206,10 @@ def test_over_http2_the_same_headers(gw, certs, tmp_path):
     assert {k: v for k, v in stream.headers.items() if k in expected} == expected
     assert refused.status == 401 and {k: v for k, v in refused.headers.items() if k in expected} == expected
     assert other.status == 403 and not any(k.startswith(b"access-control-") for k in other.headers)
+    assert allowed.status == 204 and allowed.headers[b"access-control-allow-origin"] == APP.encode()
+    assert allowed.headers[b"access-control-allow-methods"] == b"POST"
+    assert allowed.headers[b"access-control-allow-headers"] == PROTOCOL_HEADERS.encode()
+    assert disallowed.status == 403 and not any(k.startswith(b"access-control-") for k in disallowed.headers)
 
 
 def test_a_reload_changes_the_allowed_origins(tmp_path):

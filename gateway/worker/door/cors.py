@@ -15,6 +15,10 @@ origins named, a request is decided before any route, before the door reads its 
 - any other origin (and `null`): 403, problem details, no `Access-Control-*` header, so a
   browser hands the page nothing, its preflight included.
 
+A head the HTTP/1.1 front refuses before any app sees it (malformed, ambiguous, past its
+buffer: gateway/worker/http/front.py) is answered without them: no browser sends one, and its
+`Origin` is never read.
+
 No `Access-Control-Allow-Credentials`: the gateway reads tokens from `Authorization`, never
 from cookies, so a browser never sends a credential a page did not put in the request
 itself (SECURITY.md, "Browsers and CORS").
