@@ -32,8 +32,8 @@ SAMPLE = re.compile(r"<!-- browser-sample: watch-task\.js -->\n```js\n(.*?)```",
 WATCH = "murmur.WatchSession"
 WATCHER = "reference-watcher"
 LIVE = str(2**40)
-LIFETIME, REFRESH = 4, 2  # each token lives 4 s; the page leaves its stream 2 s before exp
-TASK = "/scenario slow turns=6 delay=1"  # outlives two tokens at least
+LIFETIME, REFRESH = 6, 3  # each token lives 6 s; the page leaves its stream 3 s before exp
+TASK = "/scenario slow turns=8 delay=1"  # outlives two tokens at least
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,10 @@ def app_server(key_file: Path) -> tuple[subprocess.Popen, int]:
     return proc, json.loads(line)["port"]
 
 
+def page_result(driver) -> dict | None:
+    return driver.execute_script("return window.result")
+
+
 def test_the_sdk_streams_refreshes_its_token_and_resumes_losing_nothing(packages, tmp_path):
     require_browser()
     write_sample()
@@ -82,9 +86,9 @@ def test_the_sdk_streams_refreshes_its_token_and_resumes_losing_nothing(packages
             try:
                 query = f"gateway=http://127.0.0.1:{gw.port}/&refresh={REFRESH}&text={TASK.replace(' ', '%20')}"
                 driver.get(f"{page_origin}/?{query}")
-                result = lambda: driver.execute_script("return window.result")  # noqa: E731
-                wait(driver, lambda: (r := result()) is not None and (r["state"] or r["error"]), timeout=120)
-                seen = result()
+                wait(driver, lambda: (r := page_result(driver)) is not None and (r["state"] or r["error"]),
+                     timeout=120)
+                seen = page_result(driver)
                 assert seen["error"] is None, seen["error"]
                 assert seen["state"] == "TASK_STATE_COMPLETED"
                 openings = [e for e in seen["events"] if e["kind"] == "task"]

@@ -45,7 +45,7 @@ NOT_FOUND = Refused(404, "nothing is served at this path")
 class Origins:
     """The origins whose pages may call the gateway, and each one's answer headers (made once)."""
 
-    __slots__ = ("allowed", "_heads")
+    __slots__ = ("_heads", "allowed")
 
     def __init__(self, allowed: tuple[str, ...]):
         self._heads = {origin.encode(): [(b"access-control-allow-origin", origin.encode()), VARY, EXPOSE]
