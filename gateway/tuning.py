@@ -135,6 +135,13 @@ KEEP_ALIVE_REQUESTS = 1000
 # streams end within one interval (docs/operations.md, "Reloading"); a bound chosen, not measured.
 CHECKS_PER_HEARTBEAT = 4
 
+# How long a browser may keep a CORS preflight's answer (Access-Control-Max-Age, gateway/worker/
+# door/cors.py): a page's every POST with a JSON body and a token is preflighted, so without it
+# each costs a second round trip. Chromium caps it at 7,200 s; 600 is Starlette's default, so a
+# reload that removes an origin reaches a page's cached preflight within 10 minutes (its requests
+# are refused at once). A bound chosen, not measured.
+CORS_MAX_AGE_SECONDS = 600
+
 
 def _broken() -> list[str]:
     """The relations between these numbers that do not hold (none, or the import stops)."""

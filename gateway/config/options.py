@@ -23,7 +23,7 @@ from gateway.config import jwt_keys
 from gateway.config.values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport,
                                    parse_log_level, parse_metrics_bind, parse_networks,
                                    parse_nonnegative_float, parse_nonnegative_int,
-                                   parse_nonnegative_seconds, parse_on_off, parse_positive_int,
+                                   parse_nonnegative_seconds, parse_on_off, parse_origins, parse_positive_int,
                                    parse_positive_seconds, parse_secret, parse_text, parse_url,
                                    whole_number)
 from gateway.common.board import MAX_WORKERS
@@ -230,6 +230,11 @@ class Config:
     trusted_proxies: tuple[str, ...] = option(
         "", parse_networks, "CIDR[,CIDR...]", "peers whose X-Forwarded-For or Forwarded: for= names the client",
         reload=True)
+    allowed_origins: tuple[str, ...] = option(
+        "", parse_origins, "ORIGIN[,ORIGIN...]",
+        "web origins (https://app.example) whose pages may call the gateway from a browser (CORS); "
+        "a request from any other origin is refused 403; empty: no CORS, Origin is not read",
+        reload=True)
     public_url: str | None = option(
         None, parse_url, "URL",
         "the address the agent card names (http(s)://HOST[:PORT]); default: the address each client reached")
@@ -262,6 +267,7 @@ class Config:
         data["lifecycle"] = Lifecycle(**data["lifecycle"])
         data["inference"] = Inference(**data["inference"])
         data["trusted_proxies"] = tuple(data["trusted_proxies"])
+        data["allowed_origins"] = tuple(data["allowed_origins"])
         data["tokens"] = tuple(TokenRule(**{**t, "scopes": tuple(t["scopes"])}) for t in data["tokens"])
         if data.get("jwt") is not None:
             data["jwt"] = Jwt(**{**data["jwt"], "algorithms": tuple(data["jwt"]["algorithms"])})

@@ -195,18 +195,50 @@ def parse_url(value: Any) -> str:
 MAX_JSON_DEPTH = 200
 
 
+def _text_items(text: Any, accepts: str) -> list[str]:
+    """The items of a comma-separated list or a TOML array, stripped, empty ones dropped; an
+    item that is not text is refused (`accepts`: what the list holds, in words)."""
+    items = text if isinstance(text, list) else text.split(",") if isinstance(text, str) else [text]
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{shown(item)} is not text; it accepts {accepts}")
+    return [item.strip() for item in items if item.strip()]
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_origins(text: Any) -> tuple[str, ...]:
+    """A comma-separated list of web origins (scheme://host[:port], as a browser's `Origin`
+    header names a page's), or a TOML array of them, each as a browser serializes it (lower
+    case, no default port) so that the door compares them with the header byte for byte;
+    empty is none. "*" and "null" are refused: every origin is named."""
+    origins: list[str] = []
+    for item in _text_items(text, 'origins in quotes (such as "https://app.example")'):
+        accepts = "an origin is scheme://host[:port], such as https://app.example"
+        parts = urllib.parse.urlsplit(item)
+        if parts.scheme.lower() not in DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+            raise ValueError(f"{shown(item)} is not an http:// or https:// origin; {accepts}")
+        if parts.path not in ("", "/") or parts.query or parts.fragment or item.endswith("?") or item.endswith("#"):
+            raise ValueError(f"{shown(item)} has a path, query or fragment; {accepts}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{shown(item)} has no valid port; {accepts}") from None
+        scheme, host = parts.scheme.lower(), parts.hostname.lower()
+        if ":" in host:
+            host = f"[{host}]"
+        origin = f"{scheme}://{host}" if port in (None, DEFAULT_PORTS[scheme]) else f"{scheme}://{host}:{port}"
+        if origin not in origins:
+            origins.append(origin)
+    return tuple(origins)
+
+
 def parse_networks(text: Any) -> tuple[str, ...]:
     """A comma-separated list of CIDR ranges (a bare address is its own /32 or /128), or a TOML
     array of them, as the canonical strings of `ipaddress` networks; empty is none."""
-    items = text if isinstance(text, list) else text.split(",") if isinstance(text, str) else [text]
     networks = []
-    for item in items:
-        if not isinstance(item, str):
-            raise ValueError(f"{shown(item)} is not text; it accepts address ranges in quotes "
-                             "(CIDR such as \"10.0.0.0/8\")")
-        item = item.strip()
-        if not item:
-            continue
+    for item in _text_items(text, 'address ranges in quotes (CIDR such as "10.0.0.0/8")'):
         try:
             networks.append(str(ipaddress.ip_network(item, strict=False)))
         except ValueError:

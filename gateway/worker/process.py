@@ -62,7 +62,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     pulse = stall.start_pulse(hub.board, index, lambda late: counters.observe("loop_stall_seconds", late))
     trimmer = Trimmer()
     trimmer.start()
-    reloads = asyncio.create_task(reload.follow(config, app.rpc, hub))  # SIGHUP's settings
+    reloads = asyncio.create_task(reload.follow(config, app, hub))  # SIGHUP's settings
     collector.tune()  # no full collection over tens of thousands of streams mid-storm
     logs.get("worker").info("worker serving", worker=index)
     try:

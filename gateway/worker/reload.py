@@ -1,7 +1,7 @@
 """A worker's side of SIGHUP: take the reloaded settings, and end the streams they revoke.
 
 The supervisor re-reads --config and hands the reloadable settings (tokens, scopes,
-max_streams, the per-client limits, trusted proxies) to the sequencer, which bumps the
+max_streams, the per-client limits, trusted proxies, allowed origins) to the sequencer, which bumps the
 ring's CONFIG_GENERATION word. Every worker looks at that word four times a heartbeat
 interval; when it moved, the worker asks the sequencer for the settings and applies them
 to its door and limits. Then each open stream whose token the new rules no longer hold, or
@@ -23,13 +23,16 @@ from gateway.config import reload as config_reload
 from gateway.config import tls
 from gateway.config.options import Config
 from gateway.common.control import Op
+from gateway.worker.door.cors import Origins
 from gateway.tuning import CHECKS_PER_HEARTBEAT
 
 log = logs.get("worker")
 
 
-def apply(config: Config, settings: dict, rpc, hub) -> Config:
-    """The running config with `settings` in force; `rpc`'s open streams it revokes ended."""
+def apply(config: Config, settings: dict, admission, hub) -> Config:
+    """The running config with `settings` in force (the door's, its limits', the allowed
+    origins'); the open streams it revokes ended."""
+    rpc = admission.rpc
     settings = dict(settings)
     certificate = settings.pop(config_reload.CERTIFICATE, False)
     config = Config.from_dict({**config.to_dict(), **settings})
@@ -39,6 +42,7 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
             log.error("certificate not reloaded; the one in use stays", problem=problem)
     rpc.door.apply(config)
     rpc.limits.apply(config)
+    admission.origins = Origins(config.allowed_origins)
     revoked = [served for served, (rule, _holding) in rpc.openings.holds.items()
                if rule is not None and not rpc.door.still_admits(rule, served.stream.endpoint)]
     for served in revoked:
@@ -53,7 +57,7 @@ def apply(config: Config, settings: dict, rpc, hub) -> Config:
     return config
 
 
-async def follow(config: Config, rpc, hub) -> None:
+async def follow(config: Config, admission, hub) -> None:
     """Forever: apply each reload the sequencer announces.
 
     `seen` starts at 0 (no reload yet), not at the word's value now: a worker spawned with
@@ -75,6 +79,6 @@ async def follow(config: Config, rpc, hub) -> None:
         seen = answer["generation"]
         if answer["settings"] is not None:
             try:
-                config = apply(config, answer["settings"], rpc, hub)
+                config = apply(config, answer["settings"], admission, hub)
             except Exception as exc:  # a revocation must not end the loop that applies the next one
                 log.error("reloaded settings not applied", problem=str(exc))

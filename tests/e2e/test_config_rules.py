@@ -71,5 +71,5 @@ def test_both_spellings_of_a_top_level_key_are_read_but_not_both_at_once(tmp_pat
 
 def test_what_a_reload_applies_is_declared_with_each_option():
     assert set(config_reload.RELOADABLE) == {"tokens", "jwt", "max_streams_per_client", "client_request_rate",
-                                            "client_request_burst", "trusted_proxies"}
+                                            "client_request_burst", "trusted_proxies", "allowed_origins"}
 

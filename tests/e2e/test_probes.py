@@ -96,7 +96,7 @@ def test_one_address_holds_at_most_its_share_of_probe_places():
     computation, one address gets PROBES_PER_CLIENT, then 503; another address still gets a place."""
 
     class Config:
-        max_headers, max_header_bytes, max_connections, trusted_proxies = 100, 8192, 10, ()
+        max_headers, max_header_bytes, max_connections, trusted_proxies, allowed_origins = 100, 8192, 10, (), ()
 
     class Counters:
         def add(self, *args, **kw):

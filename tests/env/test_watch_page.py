@@ -7,67 +7,34 @@ MURGW_SCREENSHOT=PATH saves a screenshot of the page with a finished task (READM
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
-import shutil
 import signal
-import tempfile
 
 import pytest
 
-from helpers.gateway_harness import require_tool, running_gateway, wait_ready
+from helpers.browser import chromium, require_browser, wait
+from helpers.gateway_harness import running_gateway, wait_ready
 from helpers.http_client import Http, rpc, user_message
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
-
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.common.by import By
 
 pytestmark = pytest.mark.env
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=900,420")
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 TOKEN = "page-secret"
-
 
 
 @pytest.fixture(autouse=True)
 def browser_installed():
     """Skipped where Debian's chromium or chromium-driver is absent; a failure in CI, which installs them."""
-    require_tool(CHROMIUM, "chromium")
-    require_tool(CHROMEDRIVER, "chromium-driver")
-
-
-@contextlib.contextmanager
-def chromium(*extra_flags: str):
-    """Headless Debian chromium with a fresh profile, quit (and the profile removed) at exit."""
-    profile = tempfile.mkdtemp(prefix="murgw-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, *extra_flags, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+    require_browser()
 
 
 @pytest.fixture
 def browser():
     with chromium() as driver:
         yield driver
-
-
-def wait(driver, predicate, timeout: float = 30.0):
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: predicate())
 
 
 def task_block(driver, task_id: str):

@@ -35,9 +35,9 @@ class SSEStream:
 
     def __init__(self, port: int, method: str, params: dict | None = None, *, rpc_id=1,
                  rcvbuf: int | None = None, timeout: float = 10.0, tls: ssl.SSLContext | None = None,
-                 **header_options):
+                 path: str = "/", **header_options):
         self.http = Http(port, rcvbuf=rcvbuf, timeout=timeout, tls=tls)
-        self.http.send_request("POST", "/", headers_for(**header_options), rpc_body(method, params, rpc_id))
+        self.http.send_request("POST", path, headers_for(**header_options), rpc_body(method, params, rpc_id))
         self.status = self.http.read_head()
         self.headers = self.http.headers
         self.parser = SSEParser()

@@ -29,6 +29,11 @@ ACCEPTED = [
     (values.parse_text, "token", "token"),
     (values.parse_url, "https://capsule.example:8443/", "https://capsule.example:8443"),
     (values.parse_networks, "10.0.0.1, 192.168.0.0/16", ("10.0.0.1/32", "192.168.0.0/16")),
+    # as a browser serializes a page's origin: lower case, no default port, no trailing slash
+    (values.parse_origins, "HTTPS://App.Example:443/, http://127.0.0.2:8000,https://app.example",
+     ("https://app.example", "http://127.0.0.2:8000")),
+    (values.parse_origins, ["http://[::1]:80", "http://localhost:3000"], ("http://[::1]", "http://localhost:3000")),
+    (values.parse_origins, "", ()),
 ]
 
 
@@ -74,6 +79,13 @@ REFUSED = [
     (values.parse_text, 5, "5 is not text; write it in quotes"),
     (values.parse_url, "ftp://capsule", "'ftp://capsule' is not an http:// or https:// URL; it accepts http(s)://HOST[:PORT]"),
     (values.parse_networks, "10.0.0.0/8,nowhere", "'nowhere' is not an address range (CIDR such as 10.0.0.0/8)"),
+    (values.parse_origins, "*", "'*' is not an http:// or https:// origin; an origin is scheme://host[:port], "
+                                "such as https://app.example"),
+    (values.parse_origins, "null", "'null' is not an http:// or https:// origin; an origin is scheme://host[:port], "
+                                   "such as https://app.example"),
+    (values.parse_origins, "https://app.example/app", "'https://app.example/app' has a path, query or fragment; "
+                                                      "an origin is scheme://host[:port], such as https://app.example"),
+    (values.parse_origins, [3], "3 is not text; it accepts origins in quotes (such as \"https://app.example\")"),
 ]
 
 

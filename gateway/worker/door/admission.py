@@ -1,6 +1,7 @@
-"""What every request passes before any route: the worker's open-request limit (503 +
-Retry-After), the head limits (431) and an ambiguous head (400: two Authorization headers,
-head.py, on every protocol); a WebSocket handshake is refused outright (403).
+"""What every request passes before any route: a page's origin where --allowed-origins names
+any (403 for another, cors.py), the worker's open-request limit (503 + Retry-After), the head
+limits (431) and an ambiguous head (400: two Authorization headers, head.py, on every
+protocol); a WebSocket handshake is refused outright (403).
 
 The server bounds what it buffers of an unfinished head (http/head_checks.py); this checks
 the finished head, so a refusal can say which limit it was. Liveness and readiness probes
@@ -20,6 +21,7 @@ from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
 from gateway.worker.access_log import AccessLog, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
 from gateway.worker.door.client_address import client_key, client_of
+from gateway.worker.door.cors import CorsSend, Origins, answer_preflight, is_preflight
 from gateway.worker.door.head import authorization_problem
 from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 from gateway.worker.door.request_head import head_of
@@ -42,6 +44,7 @@ class Admission:
         # `POST /` skips Starlette's middleware and router (Starlette routes it to `rpc` and
         # nothing else): an open stream then holds no frames or closures of theirs.
         self.rpc = rpc
+        self.origins = Origins(config.allowed_origins)  # a reload replaces it (worker/reload.py)
         self.open = 0
         self.probes = 0  # probes in flight, apart from `open` (PROBE_PATHS)
         self.probes_of: dict[str, int] = {}  # probes in flight by client key
@@ -79,7 +82,19 @@ class Admission:
             if scope["type"] == "websocket":
                 await refuse(send, NO_WEBSOCKET, self.counters, "websocket.")
                 return
+            # A page's origin, before any token is read (cors.py); with none allowed, Origin is not read.
+            cors = self.origins.admit(scope) if self.origins.allowed else None
+            if cors is not None:
+                if isinstance(cors, Refused):
+                    exchange.refusal = cors.why
+                    await refuse(send, cors, self.counters)
+                    return
+                send = CorsSend(send, cors)
             refusal = self._refusal(scope)
+            if refusal is None and cors is not None and is_preflight(scope):
+                refusal = await answer_preflight(send, scope, getattr(self.app, "routes", ()))
+                if refusal is None:
+                    return
             if refusal is not None:
                 await refuse(send, refusal, self.counters)
                 return

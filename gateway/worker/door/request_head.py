@@ -2,7 +2,7 @@
 asks about, read in one pass over the ASGI header list.
 
 Why: the door's answers come from a handful of headers (the token, the content type and
-length, the A2A version and extensions, Last-Event-ID, Expect), asked for at its checks in turn, on
+length, the A2A version and extensions, Last-Event-ID, Expect, a browser's Origin), asked for at its checks in turn, on
 both paths (the front of HTTP/1.1 connections and hypercorn's). Scanning the header list once
 per lookup cost an opening a few dozen comparisons; the view is made once, when `Admission`
 first looks at the request, kept in its scope (`HEAD_KEY`), and every later check reads it.
@@ -16,7 +16,8 @@ HEAD_KEY = "murgw.head"  # where the view rides in the ASGI scope
 
 # The headers the door reads: asking for any other is a mistake in the code, not a miss.
 DOOR_HEADERS = frozenset({b"authorization", b"content-type", b"content-length", b"a2a-version",
-                          b"a2a-extensions", b"last-event-id", b"expect"})
+                          b"a2a-extensions", b"last-event-id", b"expect", b"origin",
+                          b"access-control-request-method"})
 
 
 class RequestHead:
