@@ -113,6 +113,13 @@ PROBES_PER_CLIENT = 4
 # keep_alive_max_requests, which the front of HTTP/1.1 connections took over).
 KEEP_ALIVE_REQUESTS = 1000
 
+# JWTs a worker keeps verified (gateway/worker/door/bearer_jwt.py), by the token's sha256,
+# each until its `exp`; the oldest goes first. An entry is its digest and its rule, about
+# 0.5 KiB, so at most about 2 MiB a worker, only where the JWT table is declared: room for
+# the tokens of every watcher a worker holds at 4,096 users reconnecting, not for a storm of
+# strangers (whose tokens are each verified once anyway). A bound chosen, not measured.
+JWT_VERIFIED_KEPT = 4096
+
 # How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
 # per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
 # streams end within one interval (docs/operations.md, "Reloading"); a bound chosen, not measured.

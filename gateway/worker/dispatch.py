@@ -62,7 +62,7 @@ class RpcEndpoint:
         self.sink_for = sink_for
         self.control = control
         self.counters = counters
-        self.door = Door(config)
+        self.door = Door(config, counters)
         self.limits = ClientLimits(config, control)
         self.openings = Openings(config, hub, control, counters, self.limits)
 
@@ -124,7 +124,7 @@ class RpcEndpoint:
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
             served = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
-            exchange.refusal = refusal.why
+            exchange.refused(refusal)
             await refuse(send, refusal, self.counters)
             return
         if served is not None:

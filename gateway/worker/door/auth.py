@@ -6,6 +6,11 @@ an unknown one. With `[network.authentication.jwt]`, a token no static entry mat
 verified as a JWT (bearer_jwt.py): its `sub` is the rule's name, its `exp` the rule's expiry.
 A JWT whose `sub` is a static token's name is refused as an unknown one: else it would own,
 and see, that token's tasks and draw on its stream places (one warning line names the clash).
+
+Every such 401 is byte for byte an unknown token's; why it was refused is the operator's
+alone: the refusal carries `token_problem` (gateway/common/metrics.py's `TOKEN_PROBLEMS`) to
+the access line, counts in `tokens_refused{problem}`, and a debug line says what the check
+found (never the token).
 """
 
 from __future__ import annotations
@@ -18,17 +23,21 @@ from gateway import logs
 from gateway.config.options import Config, TokenRule
 from gateway.config.authentication import JwtRule
 from gateway.common.control import EVERY_TASK, Caller
+from gateway.common.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.door.jwt_claims import TokenProblem
 from gateway.worker.door.refusal import Refused
 
 log = logs.get("worker")
 SUB_CLASH = "a JWT's sub is a static token's name; refused as an unknown token"
 
-def unknown_token() -> Refused:
+
+def unknown_token(token_problem: str | None = None) -> Refused:
     """One 401 for every token that does not open the door: unknown, expired, or a JWT that
-    fails any check (its body says nothing of which)."""
+    fails any check (its body says nothing of which; `token_problem` is the operator's)."""
     return Refused(401, "the bearer token is not valid for this door",
-                   [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token")
+                   [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token",
+                   token_problem=token_problem)
 
 
 class Door:
@@ -39,7 +48,8 @@ class Door:
     belongs to the name of the rule whose token created it.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, counters: Counters):
+        self.counters = counters
         self.apply(config)
 
     def apply(self, config: Config) -> None:
@@ -49,7 +59,7 @@ class Door:
         self.jwt = None
         if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
             from gateway.worker.door.bearer_jwt import JwtVerifier
-            self.jwt = JwtVerifier(config.jwt)
+            self.jwt = JwtVerifier(config.jwt, self.counters)
 
     @property
     def public(self) -> bool:
@@ -70,13 +80,28 @@ class Door:
             if hmac.compare_digest(rule.sha256, digest):
                 match = rule
         if match is None and self.jwt is not None:
-            match = self.jwt.verify(token)
-            if match is not None and match.name in self.static_names:
-                log.warning(SUB_CLASH, sub=match.name)
-                raise unknown_token()
-        if match is None or (match.expires is not None and time.time() >= match.expires):
+            match = self._verified(token, digest)
+        if match is None:
             raise unknown_token()
+        if match.expires is not None and time.time() >= match.expires:
+            raise self._refused("expired", "past its expires")
         return match
+
+    def _verified(self, token: str, digest: str) -> TokenRule:
+        try:
+            rule = self.jwt.verify(token, digest)
+        except TokenProblem as problem:
+            raise self._refused(problem.problem, problem.detail) from None
+        if rule.name in self.static_names:
+            log.warning(SUB_CLASH, sub=rule.name)
+            raise self._refused("claims", SUB_CLASH)
+        return rule
+
+    def _refused(self, token_problem: str, detail: str) -> Refused:
+        """The unknown token's 401 for a token refused for `token_problem`, counted and told."""
+        self.counters.add("tokens_refused", label=token_problem)
+        log.debug("bearer token refused", token_problem=token_problem, detail=detail)
+        return unknown_token(token_problem)
 
     def authorize(self, rule: TokenRule | None, method: str) -> Caller:
         """The caller `rule` makes for `method` (a public door's sees every task); 403 when
