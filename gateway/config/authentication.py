@@ -105,7 +105,7 @@ def jwt_table(data: dict) -> Jwt | None:
     if auth is None or "jwt" not in auth:
         return None
     settings = section(auth, "network.authentication.jwt", Jwt)
-    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms)
+    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms, settings.jwks_url)
     if problem is not None:
         raise ConfigError(problem)
     return dataclasses.replace(settings, key=key)

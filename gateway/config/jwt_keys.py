@@ -15,6 +15,10 @@ could verify nothing stops the start and `--check`, rather than refusing every t
 time. A private key is refused: the gateway only verifies, and a key that can sign has no
 place on it.
 
+Or the keys are a JWKS fetched over HTTPS (`jwks_url`, `parse_jwks_url`): the sequencer
+fetches it (gateway/sequencer/jwks.py) and hands its text to the workers as a reload would,
+checked by `key_set` as a file's is.
+
 `read_key` answers the file as text (a secret's bytes as Latin-1, lossless), which travels
 to the workers inside the configuration, the same bytes a reload checked (`key_problem`);
 each worker makes its `KeySet` of it once per reload (`key_set`). `key_names` says which keys
@@ -31,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import urllib.parse
 from typing import Any
 
 # Every algorithm PyJWT (with cryptography) verifies, but `none` (a token with no signature).
@@ -53,6 +58,25 @@ def parse_algorithms(value: Any) -> tuple[str, ...]:
         if name not in ALGORITHMS:
             raise ValueError(f"{name!r} is not an algorithm; {accepts}")
     return tuple(dict.fromkeys(value))
+
+
+def parse_jwks_url(value: Any) -> str:
+    """An https:// URL with a host (and a path, a query): where the JWKS is published; empty:
+    none (the keys are key_file's)."""
+    if not isinstance(value, str):
+        raise ValueError("must be text: an https:// URL")
+    if not value.strip():
+        return ""
+    parts = urllib.parse.urlsplit(value.strip())
+    if "@" in parts.netloc:
+        raise ValueError("a URL must not carry credentials (user:password@)")
+    if parts.scheme != "https" or not parts.hostname:
+        raise ValueError("must be an https:// URL with a host: keys are fetched over verified TLS only")
+    try:
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+    except ValueError:
+        raise ValueError("has no usable port; it accepts 1-65535") from None
+    return value.strip()
 
 
 def key_bytes(key: str) -> bytes:
@@ -119,13 +143,19 @@ def read_key(path: str) -> str:
     return raw.decode("latin-1")
 
 
-def key_problem(key_file: str, algorithms: tuple[str, ...]) -> tuple[str, str | None]:
-    """(the key as text, None), or ("", the problem in words, naming the setting)."""
+def key_problem(key_file: str, algorithms: tuple[str, ...], jwks_url: str = "") -> tuple[str, str | None]:
+    """(the key as text, None), or ("", the problem in words, naming the setting). With
+    `jwks_url`, the key is "" (the sequencer fetches it)."""
     where = "config [network.authentication.jwt]"
-    if not key_file:
-        return "", f"{where}: key_file is required (the HS secret, the PEM public key or a JWKS document)"
+    if key_file and jwks_url:
+        return "", f"{where}: key_file and jwks_url are two sources of keys; give one"
+    if not key_file and not jwks_url:
+        return "", (f"{where}: key_file is required (the HS secret, the PEM public key or a JWKS "
+                    "document), or jwks_url")
     if not algorithms:
         return "", f"{where}: algorithms is required (never taken from a token's header)"
+    if jwks_url:
+        return "", None
     try:
         key = read_key(key_file)
         key_set(key, algorithms)
@@ -165,7 +195,10 @@ def is_key_set(key: str) -> bool:
 
 def key_set(key: str, algorithms: tuple[str, ...]) -> KeySet:
     """The keys `key` (a key file's text) holds, each fitted to the algorithms; raises
-    ValueError saying why one does not fit (a single key: each algorithm; a set's: one)."""
+    ValueError saying why one does not fit (a single key: each algorithm; a set's: one).
+    No text: no key (a `jwks_url` not fetched yet)."""
+    if not key:
+        return KeySet(None, {})
     if not is_key_set(key):
         return KeySet(VerifyingKey(None, _single(key, algorithms), algorithms), {})
     try:

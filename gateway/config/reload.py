@@ -53,8 +53,9 @@ def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[
 
 def jwt_keys_now(running: Config, applied: Config) -> list[str] | None:
     """The names of the JWT keys `applied` verifies with, when they differ from `running`'s
-    (None: the same keys, or no JWT table now)."""
-    if applied.jwt is None or (running.jwt is not None and running.jwt.key == applied.jwt.key):
+    (None: the same keys, or no JWT table now, or keys a `jwks_url` publishes: the sequencer
+    names those as it fetches them, gateway/sequencer/jwks.py)."""
+    if applied.jwt is None or not applied.jwt.key or (running.jwt is not None and running.jwt.key == applied.jwt.key):
         return None
     return list(jwt_keys.key_names(applied.jwt.key))
 

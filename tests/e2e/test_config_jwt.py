@@ -133,7 +133,7 @@ def test_a_jwks_may_hold_keys_of_several_algorithms_each_verifying_its_own(tmp_p
 
 @pytest.mark.parametrize("table, problem", [
     ('[network.authentication.jwt]\nalgorithms = ["ES256"]\n',
-     f"{WHERE}: key_file is required (the HS secret, the PEM public key or a JWKS document)"),
+     f"{WHERE}: key_file is required (the HS secret, the PEM public key or a JWKS document), or jwks_url"),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["none"]\n',
      f"{WHERE} algorithms: 'none' is a token without a signature, never accepted"),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = "ES256"\n',
@@ -142,7 +142,11 @@ def test_a_jwks_may_hold_keys_of_several_algorithms_each_verifying_its_own(tmp_p
      f"{WHERE} algorithms: 'ES999' is not an algorithm; it accepts a non-empty array of "),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES256"]\naudiences = "x"\n',
      "config [network.authentication.jwt] audiences: unknown setting; [network.authentication.jwt] "
-     "takes key_file, algorithms, issuer, audience"),
+     "takes key_file, algorithms, jwks_url, issuer, audience"),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\njwks_url = "https://idp.example/jwks.json"\n'
+     'algorithms = ["ES256"]\n', f"{WHERE}: key_file and jwks_url are two sources of keys; give one"),
+    ('[network.authentication.jwt]\njwks_url = "http://idp.example/jwks.json"\nalgorithms = ["ES256"]\n',
+     f"{WHERE} jwks_url: must be an https:// URL with a host: keys are fetched over verified TLS only"),
     ('[network.authentication.jwt]\nkey_file = "NONE"\nalgorithms = ["ES256"]\n',
      f"{WHERE} key_file: NONE: No such file or directory"),
 ])

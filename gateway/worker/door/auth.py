@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from typing import Callable
 
 from gateway import logs
 from gateway.config.options import Config, TokenRule
@@ -48,8 +49,9 @@ class Door:
     belongs to the name of the rule whose token created it.
     """
 
-    def __init__(self, config: Config, counters: Counters):
+    def __init__(self, config: Config, counters: Counters, keys_stale: Callable[[], None] = lambda: None):
         self.counters = counters
+        self.keys_stale = keys_stale  # asks the sequencer to fetch a `jwks_url`'s set again
         self.apply(config)
 
     def apply(self, config: Config) -> None:
@@ -91,6 +93,8 @@ class Door:
         try:
             rule = self.jwt.verify(token, digest)
         except TokenProblem as problem:
+            if problem.problem == "unknown_key" and self.jwt.settings.jwks_url:
+                self.keys_stale()  # the set may have changed (the sequencer bounds its fetches)
             raise self._refused(problem.problem, problem.detail) from None
         if rule.name in self.static_names:
             log.warning(SUB_CLASH, sub=rule.name)
