@@ -23,12 +23,6 @@ from gateway.config.values import file_value, parse_nonnegative_int, shown
 from gateway.protocol.activation import METHODS
 
 
-@dataclasses.dataclass(frozen=True)
-class JwtRule(TokenRule):
-    """The rule a verified JWT makes (gateway/worker/door/bearer_jwt.py): `sha256` is empty
-    (no digest to find it by again), `expires` its `exp`."""
-
-
 SCOPES = ("*",) + METHODS
 TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
 

@@ -18,16 +18,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gateway import logs
 from gateway.config.options import Config, TokenRule
-from gateway.config.authentication import JwtRule
 from gateway.common.control import EVERY_TASK, Caller
 from gateway.common.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.door.jwt_claims import TokenProblem
+from gateway.worker.door.jwt_claims import JwtRule, TokenProblem
 from gateway.worker.door.refusal import Refused
+
+if TYPE_CHECKING:  # PyJWT loads only where JWTs are taken (`Door.apply`)
+    from gateway.worker.door.bearer_jwt import JwtVerifier
 
 log = logs.get("worker")
 SUB_CLASH = "a JWT's sub is a static token's name; refused as an unknown token"
@@ -58,7 +60,7 @@ class Door:
         """The tokens in force (at start, and at each reload)."""
         self.rules = config.tokens
         self.static_names = frozenset(rule.name for rule in config.tokens)
-        self.jwt = None
+        self.jwt: JwtVerifier | None = None
         if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
             from gateway.worker.door.bearer_jwt import JwtVerifier
             self.jwt = JwtVerifier(config.jwt, self.counters)
@@ -82,18 +84,18 @@ class Door:
             if hmac.compare_digest(rule.sha256, digest):
                 match = rule
         if match is None and self.jwt is not None:
-            match = self._verified(token, digest)
+            match = self._verified(self.jwt, token, digest)
         if match is None:
             raise unknown_token()
         if match.expires is not None and time.time() >= match.expires:
             raise self._refused("expired", "past its expires")
         return match
 
-    def _verified(self, token: str, digest: str) -> TokenRule:
+    def _verified(self, verifier: JwtVerifier, token: str, digest: str) -> TokenRule:
         try:
-            rule = self.jwt.verify(token, digest)
+            rule = verifier.verify(token, digest)
         except TokenProblem as problem:
-            if problem.problem == "unknown_key" and self.jwt.settings.jwks_url:
+            if problem.problem == "unknown_key" and verifier.settings.jwks_url:
                 self.keys_stale()  # the set may have changed (the sequencer bounds its fetches)
             raise self._refused(problem.problem, problem.detail) from None
         if rule.name in self.static_names:

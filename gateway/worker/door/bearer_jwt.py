@@ -23,11 +23,10 @@ import time
 import jwt
 
 from gateway.common.metrics import Counters
-from gateway.config.authentication import JwtRule
 from gateway.config.jwt_keys import key_set
 from gateway.config.options import Jwt
 from gateway.tuning import JWT_VERIFIED_KEPT
-from gateway.worker.door.jwt_claims import TokenProblem, check, claims_of, rule_of
+from gateway.worker.door.jwt_claims import JwtRule, TokenProblem, check, claims_of, rule_of
 
 JWS = jwt.PyJWS(options={"verify_signature": True})
 
@@ -38,22 +37,23 @@ class JwtVerifier:
     def __init__(self, settings: Jwt, counters: Counters):
         self.settings, self.counters = settings, counters
         self.keys = key_set(settings.key, settings.algorithms)
-        self.kept: dict[str, JwtRule] = {}  # by the token's sha256 hex, oldest first
+        self.kept: dict[str, tuple[float, JwtRule]] = {}  # by the token's sha256 hex: (its exp, its rule)
 
     def verify(self, token: str, digest: str) -> JwtRule:
         """The rule of `token` (whose sha256 hex is `digest`); raises TokenProblem."""
-        rule = self.kept.get(digest)
-        if rule is None:
-            rule = self._verify(token)
+        kept = self.kept.get(digest)
+        if kept is None:
+            rule, expires = self._verify(token)
             if len(self.kept) >= JWT_VERIFIED_KEPT:
-                del self.kept[next(iter(self.kept))]
-            self.kept[digest] = rule
-        elif time.time() >= rule.expires:
+                del self.kept[next(iter(self.kept))]  # the oldest
+            self.kept[digest] = (expires, rule)
+            return rule
+        if time.time() >= kept[0]:
             del self.kept[digest]
             raise TokenProblem("expired", "exp is past (a token verified before)")
-        return rule
+        return kept[1]
 
-    def _verify(self, token: str) -> JwtRule:
+    def _verify(self, token: str) -> tuple[JwtRule, float]:
         try:
             header = JWS.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -72,4 +72,4 @@ class JwtVerifier:
             raise TokenProblem("malformed", str(exc) or type(exc).__name__) from None
         claims = claims_of(payload)
         check(claims, time.time(), self.settings.issuer, self.settings.audience)
-        return rule_of(claims)
+        return rule_of(claims), float(claims["exp"])

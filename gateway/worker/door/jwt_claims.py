@@ -17,16 +17,24 @@ for all (door/auth.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import orjson
 
-from gateway.config.authentication import SCOPES, JwtRule
+from gateway.config.authentication import SCOPES
+from gateway.config.options import TokenRule
 
 MAX_SUBJECT = 256
 MAX_SCOPE_WORDS = 64
 TIMES = (0, 253402300799)  # 1970 to 9999-12-31T23:59:59Z: a NumericDate a clock can reach
 TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+@dataclasses.dataclass(frozen=True)
+class JwtRule(TokenRule):
+    """The rule a verified JWT makes: `sha256` is empty (no digest to find it by again, and
+    none to find it among static tokens), `expires` its `exp`."""
 
 
 class TokenProblem(Exception):
