@@ -8,8 +8,9 @@ together while tokens of both are alive, so keys rotate with overlap. A PEM file
 is refused (PEM names no key, so a token could not pick one; the set is the way to publish two).
 
 The algorithms a token may use are the configuration's, never its header's; `none` is never
-one. A single key must fit each configured algorithm (ES256 a P-256 key, RS256 an RSA key,
-HS256 a secret of at least 32 bytes, as RFC 7518 section 3.2 asks); a set's key must fit at
+one. A single key must fit each configured algorithm (ES256 a P-256 key, RS256 an RSA key
+of 2048 bits or more, HS256 a secret of at least 32 bytes, as RFC 7518 section 3.2 asks, so
+PyJWT has no short key to warn of on stderr at each token); a set's key must fit at
 least one, and verifies only those (and only its own `alg`, when it names one). So a table that
 could verify nothing stops the start and `--check`, rather than refusing every token at run
 time. A private key is refused: the gateway only verifies, and a key that can sign has no
@@ -115,10 +116,14 @@ def _fitted(loaded: Any, algorithm: str) -> Any:
         return loaded
     if isinstance(loaded, bytes):
         raise ValueError(f"{algorithm} takes a public key, and the key is a shared secret")
+    verifier = jwt.get_algorithm_by_name(algorithm)
     try:
-        jwt.get_algorithm_by_name(algorithm).prepare_key(loaded)
+        prepared = verifier.prepare_key(loaded)
     except (jwt.InvalidKeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{algorithm} does not fit the file's key: {exc}") from None
+    short = verifier.check_key_length(prepared)  # else PyJWT warns on stderr at each verification
+    if short:
+        raise ValueError(f"{algorithm} takes a longer key: {short}")
     return loaded
 
 

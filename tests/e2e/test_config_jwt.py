@@ -73,6 +73,8 @@ P384 = public_pem(ec.generate_private_key(ec.SECP384R1()))
     (P384, '["ES256"]', "ES256 does not fit the file's key: "),
     (KEYS.private_pem, '["ES256"]', "the file holds a private key; give the gateway the public key only"),
     (b"\n", '["ES256"]', "the file is empty"),
+    (public_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024)), '["RS256"]',
+     "RS256 takes a longer key: The RSA key is 1024 bits long, which is below the minimum recommended size"),
 ])
 def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, content, algorithms, problem):
     """[claim: jwt-key-checked]"""
