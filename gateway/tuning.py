@@ -130,6 +130,22 @@ PROBES_PER_CLIENT = 4
 # keep_alive_max_requests, which the front of HTTP/1.1 connections took over).
 KEEP_ALIVE_REQUESTS = 1000
 
+# JWTs a worker keeps verified (gateway/worker/door/bearer_jwt.py), by the token's sha256,
+# each until its `exp`; the oldest goes first. An entry is its digest and its rule, about
+# 0.5 KiB, so at most about 2 MiB a worker, only where the JWT table is declared: room for
+# the tokens of every watcher a worker holds at 4,096 users reconnecting, not for a storm of
+# strangers (whose tokens are each verified once anyway). A bound chosen, not measured.
+JWT_VERIFIED_KEPT = 4096
+
+# `jwks_url` (gateway/sequencer/jwks.py): the set is fetched again every JWKS_REFRESH_SECONDS
+# (a provider publishes a new key well ahead of signing with it: 5 minutes is short beside a
+# rotation's overlap), and on a token naming an unknown `kid` at most once per
+# JWKS_STALE_SECONDS (made-up kids cost the provider one fetch per period); a fetch has
+# JWKS_FETCH_SECONDS in all, connection and TLS included. Bounds chosen, not measured.
+JWKS_REFRESH_SECONDS = 300.0
+JWKS_STALE_SECONDS = 5.0
+JWKS_FETCH_SECONDS = 10.0
+
 # How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
 # per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
 # streams end within one interval (docs/operations.md, "Reloading"); a bound chosen, not measured.

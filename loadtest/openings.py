@@ -24,8 +24,19 @@ Progress on stderr while it runs (the watchers open as each server counts them: 
 /metrics, nchan's stub status), `--report DIR` the page with every run's ramp, CPU and memory,
 the gateway's and nchan's side by side (`loadtest/monitor.py`, `loadtest/report.py`).
 
-Bounded: csse by `--connect-timeout` and a hard timeout; every server started here is stopped by
-pid at the end of its run.
+With `--token-modes static,cached-es256,fresh-es256,fresh-rs256,fresh-hs256` the gateway's
+door asks for a bearer token, and each mode is a system of its own in the runs (`gateway+MODE`,
+alternating as the systems do): a static token, one ES256 JWT on every opening (verified once,
+then found among the worker's verified tokens), or a JWT of its own per opening. Those runs
+open their streams with `loadtest/opening_tokens.py`'s opener, which gives each its token
+(csse's `--header` is one for all); `none`, the default, is the tokenless door csse opens:
+
+    python -m loadtest.openings --systems gateway --token-modes static,cached-es256,fresh-es256,\
+        fresh-rs256,fresh-hs256 --watchers 10000 --connect-concurrency 1000 --repeats 3 \
+        --server-cpus 0 --client-cpus 1
+
+Bounded: csse (and the opener) by `--connect-timeout` and a hard timeout; every server started
+here is stopped by pid at the end of its run.
 """
 
 from __future__ import annotations
@@ -39,11 +50,12 @@ import sys
 import tempfile
 import time
 import types
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import bench, monitor  # noqa: E402
+from loadtest import bench, monitor, opening_tokens  # noqa: E402
 from loadtest.storm import fill_ring  # noqa: E402
 
 SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
@@ -51,7 +63,7 @@ SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--csse", required=True, help="the csse binary")
+    p.add_argument("--csse", help="the csse binary (for every run but a token mode's)")
     p.add_argument("--watchers", type=int, default=10_000)
     p.add_argument("--connect-concurrency", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
@@ -62,20 +74,62 @@ def parse_args(argv=None):
     p.add_argument("--last-event-id", default=None, help="sent on every opening (gateway only)")
     p.add_argument("--fill", type=int, default=0, help="events written before the openings (gateway only)")
     p.add_argument("--gateway-args", default="", help="more gateway options, after ours")
+    p.add_argument("--token-modes", default="none",
+                   help="the gateway's door, each a system of its own: none (csse opens), or "
+                        f"{', '.join(opening_tokens.MODES)} (the opener presents the tokens)")
     p.add_argument("--out", default=None, help="write every run's figures here as JSON")
     monitor.add_options(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    modes = args.token_modes.split(",")
+    for mode in modes:
+        if mode != "none" and mode not in opening_tokens.MODES:
+            p.error(f"--token-modes: {mode!r} is not one of none, {', '.join(opening_tokens.MODES)}")
+    args.labels = [label for system in args.systems.split(",") for label in
+                   ([f"{system}+{m}" if m != "none" else system for m in modes] if system == "gateway" else [system])]
+    if args.csse is None and any("+" not in label for label in args.labels):
+        p.error("--csse is required: a run without a token mode opens its streams with it")
+    if modes != ["none"] and (args.fill or args.last_event_id is not None):
+        p.error("--token-modes takes neither --fill nor --last-event-id (its openings replay nothing)")
+    return args
 
 
-def server_for(args, system: str):
+def server_for(args, system: str, more_args: str = ""):
     ns = types.SimpleNamespace(heartbeat_interval=15.0, size=300, large=args.watchers, idle=0,
-                               gateway_args=f"--log-level info {args.gateway_args}", server_cpus=args.server_cpus)
+                               gateway_args=f"--log-level info {args.gateway_args} {more_args}",
+                               server_cpus=args.server_cpus)
     return bench.SERVERS[system](ns, 0.0, 1)
 
 
-def one_run(args, system: str, watching: monitor.Monitor, label: str) -> dict:
+def client_command(args, server, ready: str, tokens: str | None) -> list[str]:
+    """csse's command line, or with a token mode's `tokens` file the opener's, which takes csse's."""
+    common = ["--connect-concurrency", str(args.connect_concurrency), "--connect-timeout", str(args.connect_timeout),
+              "--ready-file", ready, "--duration", "2"]
+    if tokens is not None:
+        return [sys.executable, "-m", "loadtest.opening_tokens", "--tokens-file", tokens, "-n", str(args.watchers),
+                *common, server.url]
+    cmd = [args.csse, "-n", str(args.watchers), *common,
+           "--source-addrs", str(max(1, -(-args.watchers // 25_000)))]
+    if server.dialect == "murmur":
+        cmd += ["--mode", "post"]
+        if args.last_event_id is not None:
+            cmd += ["--last-event-id", args.last_event_id]
+    return [*cmd, server.url]
+
+
+def one_run(args, label: str, watching: monitor.Monitor, run_label: str) -> dict:
+    """One run of `label`: a system, or `gateway+MODE` (its door asking for MODE's tokens)."""
+    system, _, mode = label.partition("+")
+    with tempfile.TemporaryDirectory(prefix="openings-") as tmp:
+        config, tokens = opening_tokens.door(mode, Path(tmp), args.watchers) if mode else (None, None)
+        run = _measured(args, system, watching, run_label, tmp, f"--config {config}" if config else "",
+                        None if tokens is None else str(tokens))
+    return {**run, "system": label}
+
+
+def _measured(args, system: str, watching: monitor.Monitor, label: str, tmp: str, more_args: str,
+              tokens: str | None) -> dict:
     watching.phase("starting", target=args.watchers)
-    with server_for(args, system) as server, bench.following(watching, label, server):
+    with server_for(args, system, more_args) as server, bench.following(watching, label, server):
         time.sleep(SETTLE_SECONDS)
         bench.check_pinning(server.proc.pid, args.server_cpus)
         if system == "gateway" and args.fill:
@@ -83,25 +137,18 @@ def one_run(args, system: str, watching: monitor.Monitor, label: str) -> dict:
             time.sleep(2.0)  # the burst runs to its end before the openings
         family = procstat.tree(server.proc.pid)
         cpu_before, rss_before = procstat.cpu_seconds(family), procstat.rss_kib(family)
-        with tempfile.TemporaryDirectory(prefix="openings-") as tmp:
-            ready = os.path.join(tmp, "ready")
-            cmd = [args.csse, "-n", str(args.watchers), "--connect-concurrency", str(args.connect_concurrency),
-                   "--connect-timeout", str(args.connect_timeout), "--ready-file", ready, "--duration", "2",
-                   "--source-addrs", str(max(1, -(-args.watchers // 25_000)))]
-            if server.dialect == "murmur":
-                cmd += ["--mode", "post"]
-                if args.last_event_id is not None:
-                    cmd += ["--last-event-id", args.last_event_id]
-            client = subprocess.Popen(bench.pinned([*cmd, server.url], args.client_cpus),
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            watching.phase("connecting", args.connect_timeout)
-            deadline = time.monotonic() + args.connect_timeout + 10
-            while not os.path.exists(ready) and client.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.005)
-            family = procstat.tree(server.proc.pid)
-            cpu_open, rss_open = procstat.cpu_seconds(family), procstat.rss_kib(family)
-            watching.phase("holding", 2)
-            out, _ = client.communicate(timeout=args.connect_timeout + 30)
+        ready = os.path.join(tmp, "ready")
+        client = subprocess.Popen(bench.pinned(client_command(args, server, ready, tokens), args.client_cpus),
+                                  cwd=bench.ROOT if tokens is not None else None,  # -m loadtest.opening_tokens
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        watching.phase("connecting", args.connect_timeout)
+        deadline = time.monotonic() + args.connect_timeout + 10
+        while not os.path.exists(ready) and client.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        family = procstat.tree(server.proc.pid)
+        cpu_open, rss_open = procstat.cpu_seconds(family), procstat.rss_kib(family)
+        watching.phase("holding", 2)
+        out, _ = client.communicate(timeout=args.connect_timeout + 30)
         report = json.loads(out.decode().strip().splitlines()[-1])
     opened = report["conns_opened"]
     return {"system": system, "opened": opened, "open_s": report.get("connect_wall_s"),
@@ -113,7 +160,7 @@ def one_run(args, system: str, watching: monitor.Monitor, label: str) -> dict:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    systems = args.systems.split(",")
+    systems = args.labels
     runs = []
     started = monitor.utc_now()
     with monitor.Monitor("openings", quiet=args.quiet, plain_every=args.progress_every) as watching:

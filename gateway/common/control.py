@@ -75,6 +75,7 @@ class Op(enum.Enum):
     TAKE = "take", ("client", "rate", "burst")  # one request from the client's bucket
     RELOAD = "reload", ("settings",)  # the supervisor, after SIGHUP: the reloadable settings
     SETTINGS = "settings", ()  # a worker that saw the generation word move fetches them
+    JWKS_STALE = "jwks_stale", ()  # a worker met a JWT whose kid names no key (sequencer/jwks.py)
 
     def __init__(self, wire: str, params: tuple[str, ...]):
         self.wire = wire

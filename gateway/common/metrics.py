@@ -54,6 +54,11 @@ WORKER_GAUGES = {
     "worker_max_connections": "A worker's --max-connections: the requests in progress it takes before "
                               "answering 503.",
 }
+# Why the door refused a bearer token, for the operator (the client's 401 is one for all):
+# tokens_refused{problem} and the access line's `token_problem` (gateway/worker/door/jwt_claims.py,
+# bearer_jwt.py; a static token past its `expires` is `expired` too).
+TOKEN_PROBLEMS = ("expired", "not_yet_valid", "signature", "algorithm", "issuer", "audience",
+                  "unknown_key", "claims", "malformed")
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
@@ -79,6 +84,10 @@ COUNTERS = {
     "jsonrpc_errors": ("counter", "JSON-RPC error answers, by code.", "code", JSONRPC_CODES),
     "requests_limited": ("counter", "Requests answered 429 by a per-client or per-token limit.",
                          "limit", LIMITS),
+    "tokens_refused": ("counter", "Bearer tokens the door refused (each a 401 of an unknown token), by why: "
+                       "a JWT's failed check, or a token past its expiry.", "problem", TOKEN_PROBLEMS),
+    "jwt_verifications": ("counter", "JWT signatures the workers checked (a token verified before is kept "
+                          "until its exp, and not checked again).", None, ()),
     "config_reloads": ("counter", "SIGHUP reloads of --config, by outcome.", "outcome", RELOAD_OUTCOMES),
     "stream_ends": ("counter", "Streams ended, by the access log's reason (expired: its token's expiry came).",
                     "reason", STREAM_END_REASONS),

@@ -23,12 +23,6 @@ from gateway.config.values import file_value, parse_nonnegative_int, shown
 from gateway.protocol.activation import METHODS
 
 
-@dataclasses.dataclass(frozen=True)
-class JwtRule(TokenRule):
-    """The rule a verified JWT makes (gateway/worker/door/bearer_jwt.py): `sha256` is empty
-    (no digest to find it by again), `expires` its `exp`."""
-
-
 SCOPES = ("*",) + METHODS
 TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
 
@@ -105,7 +99,7 @@ def jwt_table(data: dict) -> Jwt | None:
     if auth is None or "jwt" not in auth:
         return None
     settings = section(auth, "network.authentication.jwt", Jwt)
-    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms)
+    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms, settings.jwks_url)
     if problem is not None:
         raise ConfigError(problem)
     return dataclasses.replace(settings, key=key)

@@ -130,14 +130,20 @@ class TokenRule:
 @dataclass(frozen=True)
 class Jwt:
     """[network.authentication.jwt]: JWT bearer tokens the application's backend mints,
-    verified against one key (gateway/config/jwt_keys.py). `key` is the key file's content, read by
-    `config_authentication.jwt_table` (and again by a reload), never a TOML key and never shown."""
+    verified against the key file's key or keys (gateway/config/jwt_keys.py). `key` is the key
+    file's content, read by `config_authentication.jwt_table` (and again by a reload), never a
+    TOML key and never shown."""
 
-    key_file: str = _setting("", parse_text, "the HS256/384/512 secret, or the PEM public key "
-                             "(RS*, PS*, ES*, EdDSA), tokens are verified with; required")
+    key_file: str = _setting("", parse_text, "the HS256/384/512 secret, the PEM public key (RS*, PS*, "
+                             "ES*, EdDSA; one key a file), or a JWKS document ({\"keys\": [...]}, each key "
+                             "named by its kid, which a token's header picks) that tokens are verified "
+                             "with; required, unless jwks_url")
     algorithms: tuple[str, ...] = _setting((), jwt_keys.parse_algorithms,
                                            "the algorithms a token may be signed with, such as "
                                            "[\"ES256\"]; required, never taken from a token's header")
+    jwks_url: str = _setting("", jwt_keys.parse_jwks_url, "instead of key_file: the https:// URL of a "
+                             "JWKS, fetched by the gateway at start, every 5 minutes and when a token "
+                             "names a kid it lacks (at most every 5 s)")
     issuer: str = _setting("", parse_text, "when set, a token's `iss` must be this")
     audience: str = _setting("", parse_text, "when set, a token's `aud` must name this; unset, "
                              "a token that carries `aud` is refused (RFC 7519 4.1.3)")

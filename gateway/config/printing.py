@@ -207,14 +207,16 @@ max_streams = 100
 JWT_INTRO = """\
 JWT bearer tokens that the application's backend mints, beside the static tokens (or alone):
 a token no `[[network.authentication.tokens]]` entry matches is verified as a JWT with the
-key file (a secret file's trailing newline is not part of the secret) and only the configured
-algorithms (never the token's header's, never `none`).
+key file (a secret file's trailing newline is not part of the secret), or with the key of a
+JWKS (`key_file` holding `{"keys": [...]}`, or `jwks_url`) that the token's `kid` names, and
+only the configured algorithms (never the token's header's, never `none`).
 `exp` and `sub` are required; `nbf`, `iss` and `aud` are checked as RFC 7519 says, with no leeway.
 `sub` is the caller, as a static token's `name` is (task visibility, limits, the access
 log); a token whose `sub` is a static token's `name` is refused as an unknown one (with one
 warning line naming the clash), so the two never share a caller; `scope` holds the methods it may call, space-separated, or `*`; an optional
 `max_streams` claim limits its open streams as a token's `max_streams` does. A token that
-fails any check, or whose `exp` has passed, is answered 401 as an unknown token; an open
+fails any check, or whose `exp` has passed, is answered 401 as an unknown token (the access
+line's `token_problem` tells the operator why); an open
 stream ends when its token's `exp` comes. A reload reads the key file again; streams
 already open keep going until their `exp`. `--check` reads the key and fits it to each
 algorithm; `--print-config` names the file, never the key."""

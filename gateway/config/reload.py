@@ -15,7 +15,8 @@ settings reach the workers through the sequencer (worker/reload.py).
 With TLS, a reload also re-reads --certfile/--keyfile (gateway/config/tls.py): `config_resolve.load` checks
 the pair as at start, so one that does not load rejects the reload (logged, nothing changed);
 one that loads makes the message to the workers carry `CERTIFICATE`, on which each loads it
-again into the context it serves with.
+again into the context it serves with. A reload that changes the JWT table's keys says which
+keys are now in force (`jwt_keys_now`: a JWKS's `kid`s), as it says the certificate was reloaded.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 import sys
 from typing import Mapping
 
+from gateway.config import jwt_keys
 from gateway.config import options as config_module
 from gateway.config import resolve as config_resolve
 from gateway.config.options import Config
@@ -47,6 +49,15 @@ def reread(running: Config, argv: list[str] | None) -> tuple[Config, dict, list[
     settings = {name: plain[name] for name in RELOADABLE}
     applied = dataclasses.replace(running, **{name: getattr(fresh, name) for name in RELOADABLE})
     return applied, settings, restart_only
+
+
+def jwt_keys_now(running: Config, applied: Config) -> list[str] | None:
+    """The names of the JWT keys `applied` verifies with, when they differ from `running`'s
+    (None: the same keys, or no JWT table now, or keys a `jwks_url` publishes: the sequencer
+    names those as it fetches them, gateway/sequencer/jwks.py)."""
+    if applied.jwt is None or not applied.jwt.key or (running.jwt is not None and running.jwt.key == applied.jwt.key):
+        return None
+    return list(jwt_keys.key_names(applied.jwt.key))
 
 
 def config_file(argv: list[str] | None, environ: Mapping[str, str]) -> str | None:

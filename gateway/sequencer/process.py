@@ -9,7 +9,9 @@ operations, so data flows one way: capsule -> sequencer -> ring -> worker.
 
 The door's limits are the exception: their calls (`acquire`, `release`, `take`) are
 answered by the sequencer itself from its exact counts (sequencer/client_ledger.py), per worker
-connection, and so are `reload` (the supervisor's, after SIGHUP) and `settings`.
+connection, and so are `reload` (the supervisor's, after SIGHUP), `settings` and `jwks_stale`:
+with a `jwks_url`, the sequencer fetches the JWT keys and hands them to the workers as
+reloaded settings (sequencer/jwks.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from gateway.sequencer.capsule.embedded import EmbeddedCapsule
 from gateway.sequencer.capsule.upstream import UpstreamCapsule
 from gateway.sequencer.capsule.interfaces import Capsule
 from gateway.config.options import Config
+from gateway.config.reload import CERTIFICATE, RELOADABLE
+from gateway.sequencer.jwks import JwksFetcher
 from gateway.common.control import Op
 from gateway.common.metrics import Counters
 from gateway.protocol.errors import METHOD_NOT_FOUND, RpcError
@@ -52,9 +56,12 @@ class Sequencer:
         self.log = logs.get("sequencer")
         self.streams = StreamLedger()
         self.buckets = RateBuckets()
-        self.settings: dict | None = None  # the reloadable settings the supervisor last sent
+        self.settings: dict | None = None  # the reloadable settings last sent to the workers
+        self.started_with = config
+        self.jwks = JwksFetcher(self._keys_fetched)
         self.own_operations = {Op.ACQUIRE: self._acquire, Op.RELEASE: self._release, Op.TAKE: self._take,
-                               Op.RELOAD: self._reload, Op.SETTINGS: self._settings}
+                               Op.RELOAD: self._reload, Op.SETTINGS: self._settings,
+                               Op.JWKS_STALE: lambda held, p: self.jwks.stale()}
 
     # --- RingWriter: how the capsule's events reach the ring ---
 
@@ -148,9 +155,24 @@ class Sequencer:
         return {"retry_after": wait}
 
     def _reload(self, held: Holdings, p: dict) -> dict:
-        self.settings = p["settings"]
+        self.settings = self._with_fetched_keys(p["settings"])
         self.board.config_generation += 1
         return self._settings(held, p)
+
+    def _with_fetched_keys(self, settings: dict) -> dict:
+        """`settings` (a reload's, whose JWT table names the `jwks_url` but holds no key) with
+        the set fetched from that URL, when there is one."""
+        jwt = settings.get("jwt")
+        text = self.jwks.follow(jwt)
+        return {**settings, "jwt": {**jwt, "key": text}} if text and jwt.get("jwks_url") else settings
+
+    def _keys_fetched(self, url: str, text: str) -> None:
+        """A new set from `url`: the workers verify with it from their next look."""
+        settings = self.settings or {name: self.started_with.to_dict()[name] for name in RELOADABLE}
+        jwt = settings.get("jwt")
+        if jwt is not None and jwt.get("jwks_url") == url:  # the certificate is not read again for it
+            self.settings = {**settings, "jwt": {**jwt, "key": text}, CERTIFICATE: False}
+            self.board.config_generation += 1
 
     def _settings(self, held: Holdings, p: dict) -> dict:
         return {"generation": self.board.config_generation, "settings": self.settings}
@@ -167,12 +189,15 @@ async def serve(config: Config, ring_segment: Handle, counters_segment: Handle, 
     server = await asyncio.start_unix_server(
         sequencer.serve_worker, path=control_path)
     sequencer.capsule.start()
+    sequencer.jwks.follow(config.to_dict()["jwt"])
+    fetching = asyncio.create_task(sequencer.jwks.run())
     sequencer.board.sequencer_pid = os.getpid()
     sequencer.log.info("sequencer ready", control=control_path)
     try:
         await stop.wait()
     finally:
         sequencer.stopped = True
+        fetching.cancel()
         sequencer.capsule.close()
         sequencer.board.sequencer_pid = 0
         server.close()

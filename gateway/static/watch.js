@@ -16,6 +16,7 @@
   const MEMBERS = ["task", "statusUpdate", "artifactUpdate", "message"];
   const REQUEST = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "murmur.WatchSession", params: {} });
   const $ = (id) => document.getElementById(id);
+  const CLOCK_SKEW_MS = 60000;
 
   let lastId = "0"; // Last-Event-ID: 0 first (the replay buffer), then the last id read
   let token = null;
@@ -203,6 +204,31 @@
     banner(`connection lost ${where}; the capsule may still be running`);
   }
 
+  // A JWT's `exp`, read from its payload unverified (only what the page says depends on it).
+  function tokenExpiry() {
+    const parts = token.split(".");
+    if (parts.length !== 3) return null;
+    try {
+      const claims = JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/")));
+      return claims && typeof claims.exp === "number" ? claims.exp : null;
+    } catch { return null; }
+  }
+
+  // Whether the token is a JWT whose `exp` has come (this clock give or take CLOCK_SKEW, as
+  // mur watch judges it): the gateway ends its stream then, and refuses it after.
+  function tokenExpired() {
+    const expiry = token === null ? null : tokenExpiry();
+    return expiry !== null && expiry * 1000 <= Date.now() + CLOCK_SKEW_MS;
+  }
+
+  // The stream ended or broke, or was refused: an expired token asks for a new one, which
+  // resumes after the last id read (Last-Event-ID), so nothing the buffer holds is lost.
+  function endedOrLost(refusal) {
+    if (tokenExpired()) askToken("the token expired; enter a new one to resume");
+    else if (refusal !== undefined) askToken(`refused: ${refusal}`);
+    else lost();
+  }
+
   function askToken(error) {
     controller = null;
     setConnection("idle", "waiting for a token");
@@ -234,11 +260,11 @@
     try {
       answer = await fetch("/", { method: "POST", headers, body: REQUEST, cache: "no-store", signal: mine.signal });
     } catch {
-      if (controller === mine) lost();
+      if (controller === mine) endedOrLost();
       return;
     }
     if (answer.status === 401 || answer.status === 403) {
-      askToken(`refused: ${await refusal(answer)}`);
+      endedOrLost(await refusal(answer));
       return;
     }
     if (answer.status !== 200 || !(answer.headers.get("content-type") || "").startsWith("text/event-stream")) {
@@ -257,7 +283,7 @@
         if (controller !== mine) break;
       }
     } catch { /* the connection broke */ }
-    if (controller === mine) lost();
+    if (controller === mine) endedOrLost();
   }
 
   $("reconnect").addEventListener("click", () => connect());

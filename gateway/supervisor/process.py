@@ -308,10 +308,13 @@ class Supervisor:
             problems = list(exc.lines) if isinstance(exc, ConfigError) else [str(exc)]
             self.log.error("config reload rejected; nothing changed", problem=problems[0], problems=problems)
             return
+        keys = config_reload.jwt_keys_now(self.loaded, loaded)
         self.loaded = loaded
         self.counters.add("config_reloads", label="applied")
         reread = config_reload.config_file(self.argv, os.environ)
         fields = {"config": reread, "tokens": len(loaded.tokens)} if reread else {}
+        if keys is not None:
+            fields["jwt_keys"] = keys
         if tls.enabled(self.config.certfile, self.config.keyfile):
             fields.update(certfile=self.config.certfile, certificate_reloaded=certificate)
         if not fields:  # the same line, saying what there was to re-read

@@ -18,7 +18,8 @@ only against `--cacert FILE` (a private CA's PEM) when given. Exit status:
   the last event id read. Or the server ended the stream itself: one line saying what that
   meant (`why_ended`: the token expired, a reload revoked it, or the gateway is draining);
 - 2: the request was refused: the connection itself, an HTTP status other than 200 (401,
-  403, ...), or a JSON-RPC error; one line on stderr, never a traceback;
+  403, ...), or a JSON-RPC error; one line on stderr, never a traceback (a 401 to a JWT
+  whose `exp` has come says the token expired, read from the token, unverified);
 - 130: SIGINT, quietly.
 """
 
@@ -53,6 +54,7 @@ EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
 TOKEN_ENV = "MUR_TOKEN"
 MAX_TOKEN_FILE_BYTES = 64 * 1024
+FRESH_TOKEN = "run mur watch again with a fresh token"
 WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": WATCH_SESSION, "params": {}})
 
 
@@ -143,6 +145,9 @@ def start_watch(connection: http.client.HTTPConnection, address: str,
     try:
         connection.request("POST", urlsplit(address).path or "/", body=WATCH_REQUEST, headers=request_headers(token))
         response = connection.getresponse()
+        if response.status == 401 and (when := expired_at(token)) is not None:
+            raise CannotWatch(f"{address} refused the request: HTTP 401 Unauthorized: the token expired "
+                              f"({when}); {FRESH_TOKEN}")
         if response.status != 200 or not response.getheader("content-type", "").startswith("text/event-stream"):
             raise CannotWatch(f"{address} refused the request: {refusal(response)}")
     except (OSError, http.client.HTTPException):
@@ -181,6 +186,15 @@ def jwt_expiry(token: str | None) -> float | None:
     return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
 
 
+def expired_at(token: str | None) -> str | None:
+    """When the JWT `token` expired, as a line says it; None for a token that is no JWT, names
+    no `exp`, or whose `exp` has not come (by this host's clock give or take `CLOCK_SKEW`)."""
+    expires = jwt_expiry(token)
+    if expires is None or expires > time.time() + CLOCK_SKEW:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+
+
 def why_ended(address: str, cacert: str | None, token: str | None = None) -> str:
     """What a gateway's end of a watcher's stream, without capsule-closed, meant, told by one
     look at its /readyz (not a reconnect): still ready, it ended the stream because the token
@@ -194,10 +208,9 @@ def why_ended(address: str, cacert: str | None, token: str | None = None) -> str
             status = connection.getresponse().status
     except (CannotWatch, OSError, http.client.HTTPException):
         status = None
-    expires = jwt_expiry(token)
-    if status == 200 and expires is not None and expires <= time.time() + CLOCK_SKEW:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
-        return f"its token expired ({when}); run mur watch again with a fresh token"
+    when = expired_at(token)
+    if status == 200 and when is not None:
+        return f"its token expired ({when}); {FRESH_TOKEN}"
     if status == 200:
         return ("its token was revoked (a reload took its right to watch) or expired; run mur watch "
                 "again with a token that holds murmur.WatchSession")

@@ -21,7 +21,10 @@ wrote, a replay's included), `bytes` (the SSE body bytes, without HTTP framing) 
 passed the worker's `--max-lapped-replay-bytes`: delivery/lapped.py), `drain` (the gateway is stopping) or
 `aborted` (the connection failed under it). A refusal whose status covers several causes adds
 `refusal`: a 401's `no token` (none, or another scheme) or `unknown token` (no rule matches,
-an expired token, a JWT that fails a check).
+an expired token, a JWT that fails a check), and a refused bearer token `token_problem`: why,
+for the operator (gateway/common/metrics.py's `TOKEN_PROBLEMS`: `expired`, `not_yet_valid`,
+`signature`, `algorithm`, `issuer`, `audience`, `unknown_key`, `claims`, `malformed`; the
+client's 401 says none of it).
 
 Levels: `info`, refusals included, except `murmur.StopSession` and `CancelTask`, which are
 `warning` whatever their answer: they change state for others (StopSession ends every task
@@ -63,7 +66,7 @@ class Exchange:
     (the JSON-RPC method, the code, the caller's name, the stream and why it ended)."""
 
     __slots__ = ("started", "http_method", "path", "client", "status", "method", "code", "caller",
-                 "stream", "ended", "refusal")
+                 "stream", "ended", "refusal", "token_problem")
 
     def __init__(self, scope: dict, client: str):
         self.started = time.monotonic()
@@ -77,12 +80,19 @@ class Exchange:
         self.stream: Served | None = None  # the hub's record of the stream it opened
         self.ended: str | None = None
         self.refusal: str | None = None  # door/refusal.py's `why`
+        self.token_problem: str | None = None
+
+    def refused(self, refusal) -> None:
+        """Note why a refusal (door/refusal.py's `Refused`) was sent."""
+        self.refusal, self.token_problem = refusal.why, refusal.token_problem
 
     def fields(self) -> dict:
         fields = {"http_method": self.http_method, "path": self.path, "method": self.method,
                   "status": self.status, "code": self.code, "caller": self.caller, "client": self.client}
         if self.refusal is not None:
             fields["refusal"] = self.refusal
+        if self.token_problem is not None:
+            fields["token_problem"] = self.token_problem
         return fields
 
 

@@ -36,7 +36,7 @@ class AttachmentEndpoint:
                 exchange_of(scope).caller = rule.name
             caller = self.door.authorize(rule, GET_TASK)
         except Refused as refusal:
-            exchange_of(scope).refusal = refusal.why
+            exchange_of(scope).refused(refusal)
             await refuse(send, refusal, self.counters)
             return
         task_id, sha256 = scope["path_params"]["task_id"], scope["path_params"]["sha256"]

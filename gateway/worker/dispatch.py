@@ -62,7 +62,8 @@ class RpcEndpoint:
         self.sink_for = sink_for
         self.control = control
         self.counters = counters
-        self.door = Door(config)
+        self.telling: set[asyncio.Task] = set()  # `_keys_stale`'s calls in flight
+        self.door = Door(config, counters, self._keys_stale)
         self.limits = ClientLimits(config, control)
         self.openings = Openings(config, hub, control, counters, self.limits)
 
@@ -98,6 +99,22 @@ class RpcEndpoint:
             raise Refused(408, f"the request body did not arrive within {self.config.body_timeout:g} "
                                "seconds", [CLOSE]) from None
 
+    def _keys_stale(self) -> None:
+        """The door met a `kid` the published JWT keys lack: the sequencer fetches the set
+        again (sequencer/jwks.py), which bounds how often. Nothing waits for it; a later
+        request verifies with it. One call in flight at a time: a flood of kids is one call."""
+        if self.telling:
+            return
+        task = asyncio.get_running_loop().create_task(self._tell_keys_stale())
+        self.telling.add(task)
+        task.add_done_callback(self.telling.discard)
+
+    async def _tell_keys_stale(self) -> None:
+        try:
+            await self.control.call(Op.JWKS_STALE)
+        except (ConnectionError, RpcError):
+            pass  # the session is ending, or the next unknown kid asks again
+
     def _admit(self, scope: dict) -> TokenRule | None:
         """The refusals decided from the head alone; the caller's token rule."""
         head = head_of(scope)
@@ -124,7 +141,7 @@ class RpcEndpoint:
                 raise Refused(404, "not found: POST / takes a non-empty JSON body")
             served = await self._dispatch(scope, receive, send, body, rule, exchange)
         except Refused as refusal:
-            exchange.refusal = refusal.why
+            exchange.refused(refusal)
             await refuse(send, refusal, self.counters)
             return
         if served is not None:

@@ -5,9 +5,11 @@ key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import jwt
+import orjson
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -16,7 +18,8 @@ from gateway.config import options as config
 from gateway.config import resolve as config_resolve
 from gateway.config import jwt_keys
 from gateway.worker.door.bearer_jwt import JwtVerifier
-from helpers.gateway_harness import judged, running_gateway
+from gateway.worker.door.jwt_claims import TokenProblem
+from helpers.gateway_harness import judged, running_gateway, start_refusal
 from helpers.jwt_tokens import KeyPair, jwt_table
 
 KEYS = KeyPair()
@@ -70,6 +73,8 @@ P384 = public_pem(ec.generate_private_key(ec.SECP384R1()))
     (P384, '["ES256"]', "ES256 does not fit the file's key: "),
     (KEYS.private_pem, '["ES256"]', "the file holds a private key; give the gateway the public key only"),
     (b"\n", '["ES256"]', "the file is empty"),
+    (public_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024)), '["RS256"]',
+     "RS256 takes a longer key: The RSA key is 1024 bits long, which is below the minimum recommended size"),
 ])
 def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, content, algorithms, problem):
     """[claim: jwt-key-checked]"""
@@ -78,9 +83,59 @@ def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, cont
     assert line.startswith(f"{WHERE} key_file: {key}: {problem}")
 
 
+def test_a_pem_file_of_two_keys_is_refused_by_check_and_at_start(tmp_path):
+    """[claim: jwt-key-set] PEM names no key, so a token could not pick one of two: the file
+    is refused in one line (before, the first key was used and the second ignored)."""
+    key = key_file(tmp_path, KEYS.public_pem + KeyPair().public_pem)
+    path = tmp_path / "gw.toml"
+    path.write_text(jwt_table(key))
+    expected = (f"{WHERE} key_file: {key}: the file holds 2 PEM keys, and a PEM file holds one: publish "
+                'several (a rotation) as a JWKS document ({"keys": [...]}), each with its kid')
+    result = judged("--check", "--config", str(path))
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"mur-gateway: {expected}\n")
+    assert start_refusal("--config", str(path)) == expected
+
+
+EC_JWK = KeyPair("ec-1").jwk()
+RSA_JWK = {**orjson.loads(jwt.algorithms.RSAAlgorithm.to_jwk(
+    rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key())), "kid": "rsa-1"}
+P384_JWK = {**orjson.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP384R1()).public_key())),
+            "kid": "p384"}
+PRIVATE_JWK = {**orjson.loads(jwt.algorithms.ECAlgorithm.to_jwk(KEYS.private)), "kid": "signing"}
+
+
+@pytest.mark.parametrize("document, problem", [
+    (b'{"keys": ', "the file is not a JWKS document: not JSON"),
+    ({"keys": []}, 'a JWKS document is {"keys": [...]}, a non-empty array of JWK objects'),
+    ({"keys": [{**EC_JWK, "kid": None}]}, "key #1: every key of a set names its kid, the name a token picks it by"),
+    ({"keys": [EC_JWK, EC_JWK]}, "key #2 (ec-1): a second key of kid 'ec-1'"),
+    ({"keys": [PRIVATE_JWK]}, "key #1 (signing): a private key; publish the public key only"),
+    ({"keys": [{**EC_JWK, "alg": "ES384"}]}, "key #1 (ec-1): its alg 'ES384' is not among algorithms (ES256)"),
+    ({"keys": [P384_JWK]}, "key #1 (p384): fits none of the algorithms (ES256)"),
+    ({"keys": [RSA_JWK]}, "key #1 (rsa-1): fits none of the algorithms (ES256)"),
+    ({"keys": [{"kty": "EC", "kid": "half"}]}, "key #1 (half): not a key PyJWT reads: "),
+    ({"keys": [{**EC_JWK, "kid": str(n)} for n in range(17)]}, "the set holds 17 keys; at most 16"),
+])
+def test_a_jwks_key_file_that_cannot_verify_is_one_line(tmp_path, document, problem):
+    """[claim: jwt-key-set]"""
+    key = key_file(tmp_path, document if isinstance(document, bytes) else orjson.dumps(document), "jwks.json")
+    [line] = problems(tmp_path, jwt_table(key))
+    assert line.startswith(f"{WHERE} key_file: {key}: {problem}")
+
+
+def test_a_jwks_may_hold_keys_of_several_algorithms_each_verifying_its_own(tmp_path):
+    """[claim: jwt-key-set] ES256 and RS256 configured, one key of each: each key verifies only
+    the algorithm it fits (an RS256 token naming the EC key's kid is `algorithm`)."""
+    key = key_file(tmp_path, orjson.dumps({"keys": [EC_JWK, RSA_JWK]}), "jwks.json")
+    assert problems(tmp_path, jwt_table(key, '["ES256", "RS256"]')) == []
+    keys = jwt_keys.key_set(key.read_text(), ("ES256", "RS256"))
+    assert (keys.pick("ec-1").algorithms, keys.pick("rsa-1").algorithms) == (("ES256",), ("RS256",))
+    assert keys.pick("other") is None and keys.pick(None) is None
+
+
 @pytest.mark.parametrize("table, problem", [
     ('[network.authentication.jwt]\nalgorithms = ["ES256"]\n',
-     f"{WHERE}: key_file is required (the HS secret or the PEM public key)"),
+     f"{WHERE}: key_file is required (the HS secret, the PEM public key or a JWKS document), or jwks_url"),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["none"]\n',
      f"{WHERE} algorithms: 'none' is a token without a signature, never accepted"),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = "ES256"\n',
@@ -89,7 +144,11 @@ def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, cont
      f"{WHERE} algorithms: 'ES999' is not an algorithm; it accepts a non-empty array of "),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES256"]\naudiences = "x"\n',
      "config [network.authentication.jwt] audiences: unknown setting; [network.authentication.jwt] "
-     "takes key_file, algorithms, issuer, audience"),
+     "takes key_file, algorithms, jwks_url, issuer, audience"),
+    ('[network.authentication.jwt]\nkey_file = "KEY"\njwks_url = "https://idp.example/jwks.json"\n'
+     'algorithms = ["ES256"]\n', f"{WHERE}: key_file and jwks_url are two sources of keys; give one"),
+    ('[network.authentication.jwt]\njwks_url = "http://idp.example/jwks.json"\nalgorithms = ["ES256"]\n',
+     f"{WHERE} jwks_url: must be an https:// URL with a host: keys are fetched over verified TLS only"),
     ('[network.authentication.jwt]\nkey_file = "NONE"\nalgorithms = ["ES256"]\n',
      f"{WHERE} key_file: NONE: No such file or directory"),
 ])
@@ -122,8 +181,24 @@ def test_a_jwt_table_alone_opens_an_authenticated_door(tmp_path):
     assert config.Config.from_dict(loaded.to_dict()) == loaded  # as the workers get it
 
 
+class Tally:
+    """The verifier's counters, kept in a dict (a worker's are its shared-memory block)."""
+
+    def __init__(self):
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, name: str, n: int = 1, label: str = "") -> None:
+        self.counts[(name, label)] = self.counts.get((name, label), 0) + n
+
+
 def verifier(key: bytes, algorithm: str) -> JwtVerifier:
-    return JwtVerifier(config.Jwt(key_file="k", algorithms=(algorithm,), key=key.decode("latin-1")))
+    return JwtVerifier(config.Jwt(key_file="k", algorithms=(algorithm,), key=key.decode("latin-1")), Tally())
+
+
+def problem_of(door: JwtVerifier, token: str) -> str:
+    with pytest.raises(TokenProblem) as refused:
+        door.verify(token, hashlib.sha256(token.encode()).hexdigest())
+    return refused.value.problem
 
 
 @pytest.mark.parametrize("algorithm", ["HS256", "RS256", "PS256", "EdDSA"])
@@ -137,12 +212,13 @@ def test_each_kind_of_key_verifies_its_tokens_and_no_other(algorithm):
         verifying = public_pem(signing)
     door = verifier(verifying, algorithm)
     claims = {"sub": "app", "scope": "ListTasks *", "exp": int(time.time()) + 60, "max_streams": 2}
-    rule = door.verify(jwt.encode(claims, signing, algorithm=algorithm))
+    token = jwt.encode(claims, signing, algorithm=algorithm)
+    rule = door.verify(token, hashlib.sha256(token.encode()).hexdigest())
     assert (rule.name, rule.scopes, rule.max_streams, rule.expires) == ("app", ("ListTasks", "*"), 2,
                                                                         claims["exp"])
-    assert door.verify(jwt.encode(claims, KEYS.private, algorithm="ES256")) is None
+    assert problem_of(door, jwt.encode(claims, KEYS.private, algorithm="ES256")) == "algorithm"
     for bad in ({"max_streams": -1}, {"max_streams": True}, {"sub": ""}, {"sub": "x" * 257}, {"scope": ["*"]}):
-        assert door.verify(jwt.encode({**claims, **bad}, signing, algorithm=algorithm)) is None, bad
+        assert problem_of(door, jwt.encode({**claims, **bad}, signing, algorithm=algorithm)) == "claims", bad
 
 
 def test_the_algorithm_names_are_pyjwts_less_none():

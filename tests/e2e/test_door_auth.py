@@ -255,7 +255,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
 
     config = load([])
     counters = Counters()
-    endpoint = AttachmentEndpoint(Door(config), ClientLimits(config, Unreachable()), Unreachable(), counters)
+    endpoint = AttachmentEndpoint(Door(config, counters), ClientLimits(config, Unreachable()), Unreachable(), counters)
 
     async def app(scope, receive, send):
         scope["path_params"] = {"task_id": "tsk_x", "sha256": "0" * 64}

@@ -458,13 +458,21 @@ def test_sigint_exits_quietly_with_130():
     assert mur.stderr == ""
 
 
-def test_a_stream_whose_jwt_expired_says_so_exit_1(tmp_path):
+def test_a_stream_whose_jwt_expired_says_so_exit_1_and_an_expired_jwt_at_connect_exit_2(tmp_path):
     """The gateway ends the stream at the token's `exp` (tests/e2e/test_door_jwt.py); mur watch,
-    reading the `exp` of the token it sent, says the token expired."""
+    reading the `exp` of the token it sent, says the token expired. A JWT already past its
+    `exp` is refused 401 at once, and mur watch says that too, not merely "not valid"."""
     keys = KeyPair()
     (tmp_path / "jwt.pem").write_bytes(keys.public_pem)
     config = write_config(tmp_path, jwt_table(tmp_path / "jwt.pem"))
     with running_gateway("--config", config, workers=1, tmp_path=tmp_path) as gateway:
+        stale = keys.mint(expires_in=-300)
+        with mur_watch(address_of(gateway.port), env={"MUR_TOKEN": stale}) as mur:
+            assert mur.finish() == 2
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(jwt.decode(stale, options={
+            "verify_signature": False})["exp"]))
+        assert mur.stderr == (f"mur watch: {mur.address} refused the request: HTTP 401 Unauthorized: the token "
+                              f"expired ({when}); run mur watch again with a fresh token\n")
         token = keys.mint(expires_in=6)  # time for mur to start and attach on a loaded box
         (tmp_path / "token").write_text(token)
         with mur_watch(address_of(gateway.port), "--token-file", str(tmp_path / "token")) as mur:

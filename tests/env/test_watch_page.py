@@ -16,6 +16,7 @@ import pytest
 from helpers.browser import chromium, require_browser, wait
 from helpers.gateway_harness import running_gateway, wait_ready
 from helpers.http_client import Http, rpc, user_message
+from helpers.jwt_tokens import KeyPair, jwt_table
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
 from selenium.webdriver.common.by import By
 
@@ -56,9 +57,9 @@ def open_page(driver, port: int, scheme: str = "http") -> None:
     wait(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "connected")
 
 
-def streamed_text(port: int, task_id: str) -> str:
+def streamed_text(port: int, task_id: str, token: str | None = None) -> str:
     """The task's text frames, in order, as a watch stream replays them."""
-    with SSEStream(port, "murmur.WatchSession", {}, last_event_id="0") as stream:
+    with SSEStream(port, "murmur.WatchSession", {}, last_event_id="0", token=token) as stream:
         seen = stream.read_until(lambda e: task_id_of(e) == task_id and is_terminal_event(e))
     frames = [item(e).frame for e in seen if task_id_of(e) == task_id and item(e).frame]
     return "".join(f["text"] for f in frames if f["frame"] == "text")
@@ -148,6 +149,42 @@ def test_door_with_authentication_asks_for_a_token_kept_in_memory(browser, tmp_p
         assert browser.find_element(By.ID, "token").get_attribute("value") == ""
         assert browser.execute_script("return localStorage.length + sessionStorage.length") == 0
         assert browser.execute_script("return document.cookie") == ""
+
+
+def test_an_expired_jwt_is_said_and_a_new_one_resumes_the_stream(browser, tmp_path):
+    """The stream of a JWT ends at its `exp`; the page says the token expired and asks for a
+    new one (not "connection lost"), which resumes after the last id read; a JWT already
+    expired is told the same way at connect."""
+    keys = KeyPair()
+    (tmp_path / "jwt.pem").write_bytes(keys.public_pem)
+    (tmp_path / "door.toml").write_text(jwt_table(tmp_path / "jwt.pem"))
+    expired = "the token expired; enter a new one to resume"
+    with running_gateway("--config", str(tmp_path / "door.toml"), workers=1, tmp_path=tmp_path) as gw:
+        browser.get(f"http://127.0.0.1:{gw.port}/watch")
+        wait(browser, lambda: browser.find_element(By.ID, "auth").is_displayed())
+        browser.find_element(By.ID, "token").send_keys(keys.mint(expires_in=-120))
+        browser.find_element(By.CSS_SELECTOR, "#auth button").click()
+        wait(browser, lambda: browser.find_element(By.ID, "auth-error").text == expired)
+        browser.find_element(By.ID, "token").send_keys(keys.mint(scope="*", expires_in=8))
+        browser.find_element(By.CSS_SELECTOR, "#auth button").click()
+        wait(browser, lambda: browser.find_element(By.ID, "connection").get_attribute("data-state") == "connected")
+        first = send_with(gw.port, "hello", keys)
+        wait(browser, lambda: task_state(browser, first) == "completed")
+        wait(browser, lambda: browser.find_element(By.ID, "auth").is_displayed()
+             and browser.find_element(By.ID, "auth-error").text == expired)
+        assert not browser.find_element(By.ID, "banner").is_displayed()
+        second = send_with(gw.port, "again", keys)
+        browser.find_element(By.ID, "token").send_keys(keys.mint(scope="*"))
+        browser.find_element(By.CSS_SELECTOR, "#auth button").click()
+        wait(browser, lambda: task_state(browser, second) == "completed")
+        for task_id in (first, second):  # resumed after the last id: nothing lost, nothing twice
+            assert shown_text(task_block(browser, task_id)) == streamed_text(gw.port, task_id, keys.mint())
+
+
+def send_with(port: int, text: str, keys: KeyPair) -> str:
+    status, _, body = rpc(port, "SendMessage", user_message(text), token=keys.mint(scope="*"))
+    assert status == 200, body
+    return body["result"]["task"]["id"]
 
 
 def test_page_headers_and_watch_page_off(tmp_path):

@@ -21,9 +21,11 @@ WATCH = "murmur.WatchSession"
 
 
 class KeyPair:
-    """An ES256 (P-256) key pair: the private key mints, the PEM public key verifies."""
+    """An ES256 (P-256) key pair: the private key mints, the PEM public key (or its JWK, named
+    `kid`) verifies. With a `kid`, each token it mints names it in its header."""
 
-    def __init__(self):
+    def __init__(self, kid: str | None = None):
+        self.kid = kid
         self.private = ec.generate_private_key(ec.SECP256R1())
         self.public_pem = self.private.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -34,7 +36,26 @@ class KeyPair:
         """A token as the application would mint it; `claims` add or replace (None drops one)."""
         body = {"sub": sub, "scope": scope, "exp": int(time.time() + expires_in), "iss": ISSUER,
                 "aud": AUDIENCE, **claims}
-        return jwt.encode({k: v for k, v in body.items() if v is not None}, self.private, algorithm="ES256")
+        return jwt.encode({k: v for k, v in body.items() if v is not None}, self.private, algorithm="ES256",
+                          headers=self.header())
+
+    def header(self) -> dict | None:
+        return {"kid": self.kid} if self.kid is not None else None
+
+    def signed(self, payload: bytes) -> str:
+        """A token whose payload is `payload`, byte for byte, signed (a payload PyJWT would not
+        write: a member twice, a number out of range)."""
+        return jwt.PyJWS().encode(payload, self.private, algorithm="ES256", headers=self.header())
+
+    def jwk(self) -> dict:
+        """The public key as a JWK of a JWKS document, named by `kid`."""
+        return {**orjson.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.private.public_key())),
+                "kid": self.kid, "use": "sig"}
+
+
+def jwks(*pairs: KeyPair) -> bytes:
+    """A JWKS document publishing the public keys of `pairs`."""
+    return orjson.dumps({"keys": [pair.jwk() for pair in pairs]})
 
 
 def _b64(data: bytes) -> str:

@@ -104,12 +104,12 @@ class Connection:
             elif isinstance(event, h11.ConnectionClosed):
                 raise UpstreamError(f"{self.authority} closed the connection mid-body")
 
-    async def read_body(self) -> bytes:
+    async def read_body(self, limit: int = MAX_BODY) -> bytes:
         parts, size = [], 0
         async for chunk in self.chunks():
             size += len(chunk)
-            if size > MAX_BODY:
-                raise UpstreamError(f"{self.authority} answered more than {MAX_BODY} bytes")
+            if size > limit:
+                raise UpstreamError(f"{self.authority} answered more than {limit} bytes")
             parts.append(chunk)
         return b"".join(parts)
 
@@ -119,13 +119,13 @@ class Connection:
 
 
 async def request(origin: Origin, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b"",
-                  timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
-    """(status, lower-cased headers, body) of one request."""
+                  timeout: float = 30.0, limit: int = MAX_BODY) -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, body of at most `limit` bytes) of one request."""
     conn = Connection(origin)
     try:
         async with asyncio.timeout(timeout):
             head = await conn.open(method, path, headers, body)
-            payload = await conn.read_body()
+            payload = await conn.read_body(limit)
     except TimeoutError:
         raise UpstreamError(f"{conn.authority} did not answer within {timeout} s") from None
     finally:

@@ -6,6 +6,11 @@ an unknown one. With `[network.authentication.jwt]`, a token no static entry mat
 verified as a JWT (bearer_jwt.py): its `sub` is the rule's name, its `exp` the rule's expiry.
 A JWT whose `sub` is a static token's name is refused as an unknown one: else it would own,
 and see, that token's tasks and draw on its stream places (one warning line names the clash).
+
+Every such 401 is byte for byte an unknown token's; why it was refused is the operator's
+alone: the refusal carries `token_problem` (gateway/common/metrics.py's `TOKEN_PROBLEMS`) to
+the access line, counts in `tokens_refused{problem}`, and a debug line says what the check
+found (never the token).
 """
 
 from __future__ import annotations
@@ -13,22 +18,29 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from typing import TYPE_CHECKING, Callable
 
 from gateway import logs
 from gateway.config.options import Config, TokenRule
-from gateway.config.authentication import JwtRule
 from gateway.common.control import EVERY_TASK, Caller
+from gateway.common.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
+from gateway.worker.door.jwt_claims import JwtRule, TokenProblem
 from gateway.worker.door.refusal import Refused
+
+if TYPE_CHECKING:  # PyJWT loads only where JWTs are taken (`Door.apply`)
+    from gateway.worker.door.bearer_jwt import JwtVerifier
 
 log = logs.get("worker")
 SUB_CLASH = "a JWT's sub is a static token's name; refused as an unknown token"
 
-def unknown_token() -> Refused:
+
+def unknown_token(token_problem: str | None = None) -> Refused:
     """One 401 for every token that does not open the door: unknown, expired, or a JWT that
-    fails any check (its body says nothing of which)."""
+    fails any check (its body says nothing of which; `token_problem` is the operator's)."""
     return Refused(401, "the bearer token is not valid for this door",
-                   [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token")
+                   [(b"www-authenticate", b'Bearer error="invalid_token"')], why="unknown token",
+                   token_problem=token_problem)
 
 
 class Door:
@@ -39,17 +51,19 @@ class Door:
     belongs to the name of the rule whose token created it.
     """
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, counters: Counters, keys_stale: Callable[[], None] = lambda: None):
+        self.counters = counters
+        self.keys_stale = keys_stale  # asks the sequencer to fetch a `jwks_url`'s set again
         self.apply(config)
 
     def apply(self, config: Config) -> None:
         """The tokens in force (at start, and at each reload)."""
         self.rules = config.tokens
         self.static_names = frozenset(rule.name for rule in config.tokens)
-        self.jwt = None
+        self.jwt: JwtVerifier | None = None
         if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
             from gateway.worker.door.bearer_jwt import JwtVerifier
-            self.jwt = JwtVerifier(config.jwt)
+            self.jwt = JwtVerifier(config.jwt, self.counters)
 
     @property
     def public(self) -> bool:
@@ -70,13 +84,30 @@ class Door:
             if hmac.compare_digest(rule.sha256, digest):
                 match = rule
         if match is None and self.jwt is not None:
-            match = self.jwt.verify(token)
-            if match is not None and match.name in self.static_names:
-                log.warning(SUB_CLASH, sub=match.name)
-                raise unknown_token()
-        if match is None or (match.expires is not None and time.time() >= match.expires):
+            match = self._verified(self.jwt, token, digest)
+        if match is None:
             raise unknown_token()
+        if match.expires is not None and time.time() >= match.expires:
+            raise self._refused("expired", "past its expires")
         return match
+
+    def _verified(self, verifier: JwtVerifier, token: str, digest: str) -> TokenRule:
+        try:
+            rule = verifier.verify(token, digest)
+        except TokenProblem as problem:
+            if problem.problem == "unknown_key" and verifier.settings.jwks_url:
+                self.keys_stale()  # the set may have changed (the sequencer bounds its fetches)
+            raise self._refused(problem.problem, problem.detail) from None
+        if rule.name in self.static_names:
+            log.warning(SUB_CLASH, sub=rule.name)
+            raise self._refused("claims", SUB_CLASH)
+        return rule
+
+    def _refused(self, token_problem: str, detail: str) -> Refused:
+        """The unknown token's 401 for a token refused for `token_problem`, counted and told."""
+        self.counters.add("tokens_refused", label=token_problem)
+        log.debug("bearer token refused", token_problem=token_problem, detail=detail)
+        return unknown_token(token_problem)
 
     def authorize(self, rule: TokenRule | None, method: str) -> Caller:
         """The caller `rule` makes for `method` (a public door's sees every task); 403 when

@@ -8,7 +8,8 @@ unreachable sequencer or upstream, made with `counted=False`) or a 500 nowhere. 
 counts it as it is sent, over raw ASGI; `response` hands the same refusal to Starlette (a
 route's handler, the error handler), sent by `refuse` too. A refusal whose one status covers
 several causes carries `why`, the access log's `refusal` field (a 401's `no token` or
-`unknown token`), which the endpoints that authenticate note in the request's `Exchange`.
+`unknown token`), and a refused bearer token its `token_problem` (door/auth.py), which the
+endpoints that authenticate note in the request's `Exchange` (`Exchange.refused`).
 
 A request head no route sees is answered outside `refuse` (the front's `_refuse`,
 gateway/worker/http/front.py); `count_refusal` counts it by the same rule
@@ -41,12 +42,15 @@ def count_refusal(counters: Counters, status: int, detail: str) -> None:
 
 class Refused(Exception):
     """A refusal: its HTTP status, why (problem details), its headers, and the counter and
-    label it counts under (None: not counted); `why`, the access log's word for its cause."""
+    label it counts under (None: not counted); `why`, the access log's word for its cause, and
+    `token_problem`, why a bearer token was refused."""
 
     def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
-                 counted: bool = True, limit: str | None = None, why: str | None = None):
+                 counted: bool = True, limit: str | None = None, why: str | None = None,
+                 token_problem: str | None = None):
         super().__init__(message)
         self.status, self.message, self.headers, self.why = status, message, list(headers), why
+        self.token_problem = token_problem
         if limit is not None:
             self.counter = ("requests_limited", limit)
         elif counted and (reason := refusal_reason(status, message)) is not None:
