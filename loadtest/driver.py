@@ -329,7 +329,7 @@ async def open_watcher(watcher: Watcher, host: str, port: int, deadline: float) 
                                max(0.1, deadline - loop.time()))
         stage = "head"
         await asyncio.wait_for(watcher.opened, max(0.1, deadline - loop.time()))
-    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+    except (TimeoutError, OSError, ConnectionError) as exc:
         watcher.close()
         return failure_reason(exc, stage)
     except asyncio.CancelledError:

@@ -108,9 +108,11 @@ async def measure(args, variant: str, tls_args: list[str], client: ssl.SSLContex
             tasks = [asyncio.create_task(http1_watcher(port, client, counter)) for _ in range(args.watchers)]
         await asyncio.sleep(args.warmup)
         pids = procstat.tree(proc.pid)
-        ids0, tree0, worker0, t0 = counter.ids, procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        ids0, tree0 = counter.ids, procstat.cpu_seconds(pids)
+        worker0, t0 = procstat.cpu_seconds([worker]), time.monotonic()
         await asyncio.sleep(args.seconds)
-        ids1, tree1, worker1, t1 = counter.ids, procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        ids1, tree1 = counter.ids, procstat.cpu_seconds(pids)
+        worker1, t1 = procstat.cpu_seconds([worker]), time.monotonic()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -121,7 +121,8 @@ if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
 # first match wins: the gateway's own adapter before hypercorn's package
-PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"), ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
+PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"),
+         ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
          ("gateway.worker.delivery.drivers", "gateway/worker/delivery/drivers.py"),
          ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
          ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"), ("gateway", "/gateway/"))
@@ -338,10 +339,12 @@ def traced(after, before, watchers: int, top: int) -> dict:
                               [0, 0])
         row[0] += stat.size_diff
         row[1] += stat.count_diff
-    line_rows = [{"line": line, "made_by": caller, "bytes": round(size / watchers), "blocks": round(count / watchers, 2)}
+    line_rows = [{"line": line, "made_by": caller, "bytes": round(size / watchers),
+                  "blocks": round(count / watchers, 2)}
                  for (line, caller), (size, count) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:top]]
     return {"traced_bytes_per_watcher": round(sum(s.size_diff for s in stacks) / watchers),
-            "parts_bytes_per_watcher": {k: round(v / watchers) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
+            "parts_bytes_per_watcher": {k: round(v / watchers)
+                                        for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
             "lines_per_watcher": line_rows}
 
 
@@ -355,10 +358,12 @@ def markdown(results: list[dict]) -> str:
             out.append("| part (who allocated) | bytes / watcher |\n|---|---|")
             out += [f"| {k} | {v:,} |" for k, v in r["parts_bytes_per_watcher"].items()]
             out.append("\n| line | made by | bytes / watcher | blocks / watcher |\n|---|---|---|---|")
-            out += [f"| {x['line']} | {x['made_by']} | {x['bytes']:,} | {x['blocks']} |" for x in r["lines_per_watcher"]]
+            out += [f"| {x['line']} | {x['made_by']} | {x['bytes']:,} | {x['blocks']} |"
+                    for x in r["lines_per_watcher"]]
         else:
             out.append("KiB per watcher: " + ", ".join(f"{k} {v}" for k, v in r["kib_per_watcher"].items()))
-            out.append(f"\ngc-tracked objects, bytes per watcher (getsizeof, shallow): {r['census_bytes_per_watcher']:,}\n")
+            out.append("\ngc-tracked objects, bytes per watcher (getsizeof, shallow): "
+                       f"{r['census_bytes_per_watcher']:,}\n")
             out.append("| type | objects / watcher | bytes / watcher |\n|---|---|---|")
             out += [f"| {x['type']} | {x['objects']} | {x['bytes']:,} |" for x in r["census_per_watcher"]]
     return "\n".join(out)

@@ -186,18 +186,18 @@ def charts(samples: list[dict], storm: bool = False) -> dict:
     chart("latency", "Delivery latency p50 (solid) and p99 (dashed)", "ms",
           [line for label in names for line in ((label, " p50", "-", latency(samples, label, 0.5)),
                                                  (label, " p99", "--", latency(samples, label, 0.99)))])
-    chart("cpu", "Server CPU (its whole process tree)", "cores", [(l, "", "-", cpu_cores(samples, l)) for l in names])
+    chart("cpu", "Server CPU (its whole process tree)", "cores", [(n, "", "-", cpu_cores(samples, n)) for n in names])
     chart("rss", "Server resident memory (its whole process tree)", "MiB",
-          [(l, "", "-", rss_mib(samples, l)) for l in names])
+          [(n, "", "-", rss_mib(samples, n)) for n in names])
     if storm:
         lines = []
         for label in names:
             xs, ys, what = replayed(samples, label)
             lines.append((label, f" ({what})", "-", (xs, ys)))
         chart("replay", "Watchers whose replay is complete", "watchers", lines)
-    chart("lost", "Events lost to lag (cumulative)", "events", [(l, "", "-", lost(samples, l)) for l in names])
+    chart("lost", "Events lost to lag (cumulative)", "events", [(n, "", "-", lost(samples, n)) for n in names])
     chart("jitter", "Heartbeat jitter p99 (gateway's histogram, per interval)", "ms",
-          [(l, "", "-", jitter_p99(samples, l)) for l in names])
+          [(n, "", "-", jitter_p99(samples, n)) for n in names])
     return out
 
 

@@ -77,7 +77,8 @@ class RpcError(Exception):
         return ERRORS[self.code]
 
     def error_dict(self) -> dict:
-        error_info = {"@type": ERROR_INFO_TYPE, "reason": self.kind.reason, "domain": ERROR_DOMAIN, "metadata": self.metadata}
+        error_info = {"@type": ERROR_INFO_TYPE, "reason": self.kind.reason, "domain": ERROR_DOMAIN,
+                      "metadata": self.metadata}
         return {"code": self.code, "message": self.message, "data": [error_info]}
 
 

@@ -203,7 +203,8 @@ def quota_window(
 ) -> dict:
     """One `windows[]` entry; unlike frame keys, a value the harness did not report is absent."""
     window = {"name": name}
-    for key, value in (("used", used), ("resetsAtMs", resets_at_ms), ("windowMinutes", window_minutes), ("state", state)):
+    for key, value in (("used", used), ("resetsAtMs", resets_at_ms), ("windowMinutes", window_minutes),
+                       ("state", state)):
         if value is not None:
             window[key] = value
     return window
@@ -236,7 +237,8 @@ def capsule_closed_frame() -> dict:
 # --- Carriers ---
 
 
-def task_frame_event(task_id: str, context_id: str, frame: dict, *, state: str = WORKING, ts: str | None = None) -> dict:
+def task_frame_event(task_id: str, context_id: str, frame: dict, *, state: str = WORKING,
+                     ts: str | None = None) -> dict:
     """A task's frame: a statusUpdate repeating `state`, no `status.message`, stamped now."""
     status = {"state": state, "timestamp": ts or timestamp()}
     return status_update(task_id, context_id, status, {STREAM_URI: frame})

@@ -33,7 +33,7 @@ def own_url(config: Config, scope: dict) -> str:
         return config.public_url.rstrip("/") + "/"
     host, port = scope.get("server") or config.bind
     # scope["scheme"] is "https" on a TLS connection (--certfile), whatever the HTTP version
-    return "%s://%s:%d/" % (scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
+    return "{}://{}:{:d}/".format(scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
 
 
 def with_own_address(card: dict, scope: dict, config: Config) -> dict:
@@ -117,7 +117,7 @@ class CardRoute:
             body = await self._build(request)
             if isinstance(body, Response):
                 return body
-            cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
+            cache[host] = (body, f'"{hashlib.sha256(body).hexdigest()[:32]}"',
                            email.utils.formatdate(usegmt=True), time.monotonic())
         body, etag, built, _ = cache[host]
         headers = {"cache-control": f"public, max-age={CARD_MAX_AGE_SECONDS}", "etag": etag, "last-modified": built,

@@ -163,7 +163,8 @@ def test_list_tasks_shows_own_tasks_and_watch_scope_shows_all(gateway, alices_wa
     assert {alices_waiting_task, bobs} <= listed(OPS)
     assert listed(NARROW) == set()
     assert rpc(gateway.port, "GetTask", {"id": bobs}, token=OPS)[2]["result"]["id"] == bobs
-    assert rpc(gateway.port, "CancelTask", {"id": bobs}, token=BOB)[2]["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    canceled = rpc(gateway.port, "CancelTask", {"id": bobs}, token=BOB)[2]["result"]
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
 
 
 def test_a_rotated_token_under_the_same_name_keeps_its_tasks(gateway, alices_waiting_task):

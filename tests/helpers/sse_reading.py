@@ -96,7 +96,7 @@ class SSEStream:
         self.http.close()
         self.check_a2a()
 
-    def __enter__(self) -> "SSEStream":
+    def __enter__(self) -> SSEStream:
         return self
 
     def __exit__(self, *exc) -> None:

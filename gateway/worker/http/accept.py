@@ -13,8 +13,8 @@ itself and, each time it is readable, accepts up to ACCEPT_BURST connections, st
 first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
 TCP transport (TCP_NODELAY included) libuv's server would have made, its protocol the front
 (gateway/worker/http/front.py), which serves every HTTP/1.1 request and hands HTTP/2 to the
-protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
-plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
+protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake
+(plain_http.py: plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
 queue, so a stopped worker's share is taken by the others (tests/e2e/test_faults.py).
 
 Balance: every worker idle in epoll is woken for a new connection and the first to run takes

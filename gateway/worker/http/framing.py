@@ -85,8 +85,8 @@ def error_answer(status: int, detail: str) -> bytes:
 
 def cork_until_fin(transport: asyncio.Transport) -> None:
     """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
-    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end. Plain TCP only: a TLS transport cannot write an EOF,
-    and its end is its close_notify."""
+    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end. Plain TCP only: a TLS transport
+    cannot write an EOF, and its end is its close_notify."""
     if not transport.can_write_eof():
         return
     try:

@@ -13,19 +13,23 @@ handed to hypercorn at once, through asyncio's protocol interface; nothing else 
 The connection's states, in h11's manner (what the front does with the client's bytes, and
 what moves it on):
 
-| state     | the client's bytes                          | left when                                  |
-|-----------|---------------------------------------------|--------------------------------------------|
-| HEAD      | kept until a head is whole (--header-timeout from the connection's start or the last answer's end: no head, the close) | a head is read: BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's |
-| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first, or the client's EOF (its app hears `http.disconnect`): CLOSED |
-| APP       | the next request's, kept                    | the answer ends: HEAD, or CLOSED (it closes: HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF) |
-| STREAM    | ignored; its EOF or reset ends the stream   | the stream's end (the hub's): CLOSED       |
-| CLOSED    | ignored                                     |                                            |
+- HEAD: the client's bytes are kept until a head is whole (--header-timeout from the
+  connection's start or the last answer's end: no head, the close); left when a head is read:
+  BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's.
+- BODY: the body's bytes, cut where it ends; reading pauses while the app has a full buffer of
+  it unread; left when the body is whole: APP; the answer ends first, or the client's EOF (its
+  app hears `http.disconnect`): CLOSED.
+- APP: the next request's bytes, kept; left when the answer ends: HEAD, or CLOSED (it closes:
+  HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF).
+- STREAM: the client's bytes ignored; its EOF or reset ends the stream; left at the stream's
+  end (the hub's): CLOSED.
+- CLOSED: the client's bytes ignored.
 
 Flow control, as h11 and uvicorn do it: while the transport's write buffer is above its
 high-water mark (the client is not reading its answers), the connection is not read and no
 further request is parsed; nor is it read while it holds more unread request bytes than one
-head may take (pipelined requests wait their turn in the kernel's buffers), so a client that pipelines and never reads holds at most its
-socket buffers and one write buffer, and no answer being computed (SECURITY.md, probes).
+head may take (pipelined requests wait their turn in the kernel's buffers), so a client that pipelines and never reads
+holds at most its socket buffers and one write buffer, and no answer being computed (SECURITY.md, probes).
 
 The body timeout is the app's (dispatch.py: a body not in within --body-timeout is answered
 408), started when the head is read; a body the app does not read keeps the connection only
