@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ssl
 import time
+from typing import TypeGuard
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -80,7 +81,8 @@ def upstream_cacert_problem(cacert: str | None) -> str | None:
     return None
 
 
-def enabled(certfile: str | None, keyfile: str | None) -> bool:
+def enabled(certfile: str | None, keyfile: str | None) -> TypeGuard[str]:
+    """Both set; a type checker then knows `certfile` is a path."""
     return certfile is not None and keyfile is not None
 
 
