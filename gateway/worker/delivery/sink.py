@@ -55,3 +55,10 @@ class Sink(Protocol):
 
     def release(self) -> None:
         """The stream is over: let go of the connection's objects."""
+
+
+class AtOnceSink(Sink, Protocol):
+    """A sink that `writes_at_once` (the front's): its stream's end is written at once."""
+
+    def end_now(self) -> None:
+        """End the response body now (the stream is over and the client is still there)."""
