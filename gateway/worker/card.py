@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import time
+from collections.abc import Mapping
 
 import orjson
 from starlette.requests import Request
@@ -25,7 +26,7 @@ CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the 
 MAX_CACHED_HOSTS = 64
 
 
-def own_url(config: Config, scope: dict) -> str:
+def own_url(config: Config, scope: Mapping) -> str:
     """`--public-url`, else the address the client reached (the connection's own socket
     address, never the `:0` of --bind). Never the request's Host: a card kept for its max-age
     by shared caches must not name whatever host a client wrote."""
@@ -36,7 +37,7 @@ def own_url(config: Config, scope: dict) -> str:
     return "{}://{}:{:d}/".format(scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
 
 
-def with_own_address(card: dict, scope: dict, config: Config) -> dict:
+def with_own_address(card: dict, scope: Mapping, config: Config) -> dict:
     """The upstream's card, every interface pointing at this gateway instead, and the security
     fields saying what this gateway's own door asks (it enforces its own tokens)."""
     interfaces = card.get("supportedInterfaces")
@@ -55,7 +56,7 @@ def door_fields(config: Config) -> dict:
             "securityRequirements": [{"schemes": {"bearer": {"list": []}}}]}
 
 
-def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
+def agent_card(config: Config, scope: Mapping, extended: bool = False) -> dict:
     frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
     streaming = config.lifecycle.task_acceptance != "none"
     card = {

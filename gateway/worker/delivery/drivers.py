@@ -26,6 +26,7 @@ from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, END
                                             PARKED, Delivery, Stream)
 
 if TYPE_CHECKING:
+    from gateway.worker.access_log import Exchange
     from gateway.worker.delivery.catchup import CatchUp
     from gateway.worker.delivery.heartbeats import Heartbeats
     from gateway.worker.delivery.window import Window
@@ -258,7 +259,7 @@ class Served:
         self.bytes_sent = 0
         self.ended_by: str | None = None  # "revoked", "expired" (`end_stream`) or "stalled" (`Hub._stalled`)
         self.stalled_at = -1  # its cursor when a heartbeat found it stalled (`Hub._stalled`); -1: none did
-        self.exchange = None  # the access log's record of its request (access_log.py)
+        self.exchange: Exchange | None = None  # the access log's record of its request (access_log.py)
 
     def resume(self) -> None:
         """Its driver runs again, on the loop's next turn: its coroutine, or `Hub._advance`."""

@@ -43,10 +43,11 @@ class Refused(Exception):
     """A refusal: its HTTP status, why (problem details), its headers, and the counter and
     label it counts under (None: not counted); `why`, the access log's word for its cause."""
 
-    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] | tuple[()] = (), *,
                  counted: bool = True, limit: str | None = None, why: str | None = None):
         super().__init__(message)
         self.status, self.message, self.headers, self.why = status, message, list(headers), why
+        self.counter: tuple[str, str] | None
         if limit is not None:
             self.counter = ("requests_limited", limit)
         elif counted and (reason := refusal_reason(status, message)) is not None:

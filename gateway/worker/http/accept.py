@@ -27,8 +27,10 @@ is still queued then (the sibling is stopped or busy), it accepts it after all.
 from __future__ import annotations
 
 import asyncio
+import asyncio.constants
 import errno
 import socket
+from typing import Callable
 
 import uvloop
 
@@ -49,7 +51,8 @@ class BurstServer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int,
                  busier=None, tls: dict | None = None, front: FrontSettings | None = None):
-        self._loop, self._factory, self._sock = loop, protocol_factory, sock
+        self._loop, self._factory = loop, protocol_factory
+        self._sock: socket.socket | None = sock  # None once closed
         # Each connection starts with the worker's own front (gateway/worker/http/front.py),
         # which hands it to hypercorn's protocol only for HTTP/2
         self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
@@ -88,9 +91,11 @@ class BurstServer:
             self._pause_for(DEFER_SECONDS)  # a less loaded sibling, woken by the same event, takes it
             return
         self._deferred = False
+        sock = self._sock
+        assert sock is not None  # its reader is removed when it closes
         for _ in range(ACCEPT_BURST):
             try:
-                fd, _ = self._sock._accept()
+                fd, _ = sock._accept()  # type: ignore[attr-defined]  # CPython's, not in typeshed
             except (BlockingIOError, InterruptedError):
                 return  # the queue is empty (or another worker took the rest)
             except ConnectionAbortedError:
@@ -147,8 +152,8 @@ class Loop(uvloop.Loop):
     to hand on to, and how the accept queue drains in bursts. `busier`, set there too, is
     handed to the server (balance between workers)."""
 
-    busier = None
-    front = None  # FrontSettings: each connection starts with the front (serving.serve)
+    busier: Callable[[], bool] | None = None
+    front: FrontSettings | None = None  # FrontSettings: each connection starts with the front (serving.serve)
 
     async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
                             ssl=None, ssl_handshake_timeout=None, **kwargs):

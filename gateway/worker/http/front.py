@@ -100,7 +100,7 @@ class Front(TransportSink):
 
     # --- the connection ---
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # typeshed: BaseTransport
         self.transport = transport
         self.high_water = transport.get_write_buffer_limits()[1]
         ssl_object = transport.get_extra_info("ssl_object")
@@ -236,6 +236,7 @@ class Front(TransportSink):
 
     def _read_body(self) -> None:
         cycle = self.cycle
+        assert cycle is not None  # BODY: a request's cycle is running
         try:
             data = self.body.read(self.buffer)
         except Malformed:
