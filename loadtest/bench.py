@@ -456,7 +456,7 @@ def summarise(reports: list[dict], args) -> dict:
     def rss_per_watcher(r):
         return (r["server_rss_kib_connected"] - r["server_rss_kib_before"]) / r["opened"] if r["opened"] else None
 
-    table = {}
+    table: dict[str, dict] = {}
     for system in SYSTEMS:
         small, large, idle = runs(system, "small"), runs(system, "large"), runs(system, "idle")
         table[system] = {

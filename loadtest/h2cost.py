@@ -57,7 +57,7 @@ async def http1_watcher(port: int, context: ssl.SSLContext | None, counter: Coun
         counter.feed(data)
 
 
-async def http2_connection(port: int, context: ssl.SSLContext, streams: int, counter: Counter) -> None:
+async def http2_connection(port: int, context: ssl.SSLContext | None, streams: int, counter: Counter) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1")
     assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
@@ -85,7 +85,10 @@ def start_gateway(args, tls_args: list[str], log_path: str) -> tuple[subprocess.
            "--metrics-bind", "off", "--sim-load", str(args.rate), "--sim-load-size", str(args.size), *tls_args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log)
-    port = int(re.search(rb":(\d+)\s*$", proc.stdout.readline()).group(1))
+    assert proc.stdout is not None  # stdout=PIPE
+    found = re.search(rb":(\d+)\s*$", proc.stdout.readline())
+    assert found is not None, "the gateway printed no address"
+    port = int(found.group(1))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with open(log_path, "rb") as log:

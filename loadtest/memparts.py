@@ -238,7 +238,7 @@ def measure(args, scenario: str, trace: bool) -> dict:
     gateway = TracedGateway(args, rate, watchers, trace)
     ctx = multiprocessing.get_context("fork")
     ready, stopping = ctx.Event(), ctx.Event()
-    proc = None
+    proc: subprocess.Popen | multiprocessing.process.BaseProcess | None = None
     try:
         wait_for_port(gateway.port, gateway.proc)
         wait_served(gateway.url)
@@ -253,14 +253,17 @@ def measure(args, scenario: str, trace: bool) -> dict:
         if args.csse and rate:
             proc = csse(args, gateway.url, watchers, resume_from, gateway.folder)
         else:
-            proc = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping), daemon=True)
-            proc.start()
+            process = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping),
+                                  daemon=True)
+            process.start()
+            proc = process
             if not ready.wait(args.connect_timeout):
                 raise TimeoutError("the watchers did not open in time")
         time.sleep(args.settle if scenario == "load" else 1.0)
         after, snap_after = gateway.dump()
         result = {"scenario": scenario, "watchers": watchers, "rate": rate, "traced": trace}
         if trace:
+            assert snap_after is not None  # traced: the gateway dumped its snapshot
             result.update(traced(tracemalloc.Snapshot.load(snap_after), before_snapshot, watchers, args.top))
         else:
             result.update(plain(after, before, watchers, args.top))

@@ -59,7 +59,7 @@ def origin(samples: list[dict], label: str) -> float:
     return next((s["t"] for s in mine if s["phase"] != "starting"), mine[0]["t"] if mine else 0.0)
 
 
-def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
+def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list]:
     """(seconds since the clients began, value) for each sample of `label` that has `key`."""
     zero = origin(samples, label)
     rows = [s for s in samples if s["series"] == label and s.get(key) is not None]
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     """Draw a kept run again: `python -m loadtest.report RUN_JSON DIR` (its figures, samples,
     command line, machine and versions as recorded; the charts as this module draws them now)."""
     import argparse
-    p = argparse.ArgumentParser(description=main.__doc__.split("\n", 1)[0])
+    p = argparse.ArgumentParser(description=(main.__doc__ or "").split("\n", 1)[0])
     p.add_argument("run_json", help="a run.json that --report wrote")
     p.add_argument("directory", help="where the page and its charts go")
     args = p.parse_args(argv)
