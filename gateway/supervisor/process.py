@@ -48,13 +48,12 @@ from gateway.common import stall
 from gateway.config import tls
 from gateway.config.options import Config, ConfigError
 from gateway.common.control import Op
-from gateway.tuning import NOTSENT_LOWAT_BYTES
+from gateway.tuning import DRAIN_SECONDS, NOTSENT_LOWAT_BYTES
 from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-DRAIN_SECONDS = 3.0
 METRICS_BACKLOG = 64
 RELOAD_TIMEOUT = 5.0
 WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children

@@ -35,11 +35,10 @@ from typing import Callable
 import uvloop
 
 from gateway import logs
-from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS
+from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS, RETRY_SECONDS
 from gateway.worker.http.front import Front, FrontSettings
 from gateway.worker.http import plain_http
 
-RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 log = logs.get("worker")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from gateway.tuning import MAX_CACHED_HEADS
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
 LAST_CHUNK = b"0\r\n\r\n"
 _heads: dict[tuple, bytes] = {}  # a few distinct heads (the stream's, each refusal's): made once each
-_MAX_HEADS = 64
 BODILESS = (204, 304)  # statuses whose answer has no body: h11 adds no framing
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -49,7 +49,7 @@ def head(status: int, headers, keep_alive: bool = True, http10: bool = False) ->
             lines.append(b"Connection: close\r\n")
         lines.append(b"\r\n")
         found = b"".join(lines)
-        if len(_heads) < _MAX_HEADS:
+        if len(_heads) < MAX_CACHED_HEADS:
             _heads[key] = found
     return found, chunked
 

@@ -33,7 +33,7 @@ holds at most its socket buffers and one write buffer, and no answer being compu
 
 The body timeout is the app's (dispatch.py: a body not in within --body-timeout is answered
 408), started when the head is read; a body the app does not read keeps the connection only
-until its answer ends (then it closes, as hypercorn did). `Expect: 100-continue` is answered
+until its answer ends (then it closes). `Expect: 100-continue` is answered
 `100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
 door refuses from its head gets its refusal, no invitation, then the close. An app run whose body was whole
 with its head, on `POST /`, runs at once (eager.py); any other in a task.
@@ -46,7 +46,7 @@ from functools import partial
 
 from gateway import logs
 from gateway.config.options import Config
-from gateway.tuning import KEEP_ALIVE_REQUESTS
+from gateway.tuning import BODY_BUFFERED, KEEP_ALIVE_REQUESTS
 from gateway.worker.door import BODY_KEY
 from gateway.worker.door.head import raw_problem
 from gateway.worker.door.refusal import count_refusal
@@ -59,7 +59,6 @@ from gateway.worker.http.transport_sink import TransportSink, close
 H2_PREFACE = b"PRI * HTTP/2.0"
 HEAD, BODY, APP, STREAM, CLOSED = "reading a head", "reading a body", "running the app", "streaming", "closed"
 WRITING, PIPELINED, UNREAD = 1, 2, 4  # why reading is paused: answers unread, a head buffered, a body unread
-BODY_BUFFERED = 64 * 1024  # body bytes read ahead of the app before reading pauses
 APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
 
 log = logs.get("worker")

@@ -24,11 +24,10 @@ from gateway import logs
 from gateway.config import tls
 from gateway.config.options import Config
 from gateway.config.found import effective_listen_backlog
+from gateway.tuning import GRACE_SECONDS
 from gateway.worker.asgi_sink import sink_for
 from gateway.worker.http import accept, front
 from gateway.worker.hypercorn import patches
-
-GRACE_SECONDS = 2.0
 
 log = logs.get("worker")
 
