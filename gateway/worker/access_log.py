@@ -107,7 +107,7 @@ class NotingSend:
 
 def server_send(send):
     """The server's own send behind `NotingSend`: a stream's sink is found from it (the
-    front's own send: hypercorn/serving.sink_for) and writes to it, the stream's status noted already."""
+    front's own send: asgi_sink.sink_for) and writes to it, the stream's status noted already."""
     return send.send if isinstance(send, NotingSend) else send
 
 

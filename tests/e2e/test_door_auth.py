@@ -1,4 +1,4 @@
-"""The door's tokens and task visibility end to end ([network.authentication], DECISIONS).
+"""The door's tokens and task visibility end to end ([network.authentication], SECURITY.md).
 
 One gateway with five tokens: alice (two tokens under one name, as during a rotation) and bob
 create tasks; ops holds murmur.WatchSession and so sees every task; narrow holds only
@@ -272,7 +272,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     assert counters.added == []  # the gateway's own trouble, not a refusal: counted nowhere
 
 
-# --- a context belongs to its callers (DECISIONS) ---
+# --- a context belongs to its callers (SECURITY.md) ---
 
 def context_of(port: int, token: str, task_id: str) -> str:
     return rpc(port, "GetTask", {"id": task_id}, token=token)[2]["result"]["contextId"]

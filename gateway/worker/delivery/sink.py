@@ -7,9 +7,9 @@ switch. Two kinds, by `writes_at_once`:
 - True: the front of HTTP/1.1 connections (gateway/worker/http/), which is the connection's
   protocol. It writes, drains and ends at once: the hub drives its stream with no coroutine
   (`Hub.adopt`), and the sink pokes its listener when it drained, as when its client left.
-- False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2, a stream asked on a
-  connection hypercorn already serves). Such a sink keeps the body and answers blocked; the
-  stream's coroutine (`Hub.serve`) then awaits `drain`, which sends it, and `end`.
+- False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2). Such a sink keeps
+  the body and answers blocked; the stream's coroutine (`Hub.serve`) then awaits `drain`,
+  which sends it, and `end`.
 """
 
 from __future__ import annotations
