@@ -23,7 +23,7 @@ from helpers.gateway_harness import ROOT
 
 ADAPTER = pathlib.Path(ROOT, "gateway", "worker", "hypercorn")
 # The upstream link's HTTP client (in the sequencer, not the worker) uses h11's public API.
-H11_CLIENT = pathlib.Path(ROOT, "gateway", "capsule", "upstream_http.py")
+H11_CLIENT = pathlib.Path(ROOT, "gateway", "sequencer", "capsule", "upstream_http.py")
 
 
 def in_child(code: str) -> str:
