@@ -77,6 +77,9 @@ LAPPED_CHECK_SECONDS = 0.25
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
+# Out of file descriptors (or memory), accepting pauses this long, the kernel queueing meanwhile:
+# the listener is level-triggered, so without a pause the loop would spin. A bound chosen, not measured.
+RETRY_SECONDS = 1.0
 
 # Stream openings let through a turn of the loop (gateway/worker/pace.py): a storm's
 # openings go on a few dozen a turn, so its timers, I/O and catch-up run between them. An
@@ -129,6 +132,22 @@ PROBES_PER_CLIENT = 4
 # Requests one HTTP/1.1 connection serves before its answer closes it (hypercorn's
 # keep_alive_max_requests, which the front of HTTP/1.1 connections took over).
 KEEP_ALIVE_REQUESTS = 1000
+# Body bytes the front of an HTTP/1.1 connection (gateway/worker/http/front.py) reads ahead of
+# the app before it stops reading, so an app slow to take a body holds about this much of it
+# in memory, not the whole --max-body-bytes. A bound chosen, not measured.
+BODY_BUFFERED = 64 * 1024
+# Distinct response heads gateway/worker/http/framing.py keeps made (the stream's, each
+# refusal's): a few in practice; the cap keeps a head that varies from growing the cache.
+MAX_CACHED_HEADS = 64
+
+# Stopping. A worker's requests get GRACE_SECONDS to finish once it is told to stop
+# (hypercorn's graceful_timeout, and the front's app runs: gateway/worker/hypercorn/serving.py);
+# the supervisor waits DRAIN_SECONDS for its workers before it stops the sequencer and exporter
+# (gateway/supervisor/process.py), so a worker's grace ends within the drain (checked below).
+# Both well inside systemd's TimeoutStopSec and Kubernetes' grace period (deploy/). Bounds
+# chosen, not measured.
+GRACE_SECONDS = 2.0
+DRAIN_SECONDS = 3.0
 
 # JWTs a worker keeps verified (gateway/worker/door/bearer_jwt.py), by the token's sha256,
 # each until its `exp`; the oldest goes first. An entry is its digest and its rule, about
@@ -181,6 +200,8 @@ def _broken() -> list[str]:
              CHECKS_PER_HEARTBEAT) >= 1,
          "every cap and count must be at least 1"),
         (PROBES_PER_CLIENT < PROBES_IN_FLIGHT, "one client address must not take every probe place"),
+        (GRACE_SECONDS < DRAIN_SECONDS, "a worker's grace must end within the supervisor's drain"),
+        (min(MAX_CACHED_HEADS, BODY_BUFFERED) >= 1, "every cap must be at least 1"),
     ]
     return [why for holds, why in relations if not holds]
 

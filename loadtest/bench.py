@@ -12,8 +12,8 @@ machine lands on all of them alike. The systems:
   only, one worker per core (several share the port with `reuseport`, or connections pile
   onto one worker), `nchan_message_buffer_length 512`, the EventSource subscriber endpoint
   (and `/replay`, which hands a new subscriber the whole buffer: `nchan_subscriber_first_message
-  oldest`, for the storm), its `nchan_stub_status` at `/nchan_status`; the publisher below POSTs the gateway's load event bytes (`loadtest/wire.py`)
-  at the same rate, numbered so the driver can see a lost message.
+  oldest`, for the storm), its `nchan_stub_status` at `/nchan_status`; the publisher below POSTs the gateway's load
+  event bytes (`loadtest/wire.py`) at the same rate, numbered so the driver can see a lost message.
 - **naive**: `loadtest.naive.py` (Starlette + uvicorn, one process, one
   asyncio.Queue(maxsize=128) a connection).
 
@@ -154,7 +154,8 @@ class ServerProcess:
     """A server started from `self.cmd` on `self.port`, stopped on exit."""
 
     def __enter__(self):
-        self.proc = subprocess.Popen(pinned(self.cmd, self.args.server_cpus), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(pinned(self.cmd, self.args.server_cpus), cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.proc)
         return self
 
@@ -464,7 +465,7 @@ def summarise(reports: list[dict], args) -> dict:
     def rss_per_watcher(r):
         return (r["server_rss_kib_connected"] - r["server_rss_kib_before"]) / r["opened"] if r["opened"] else None
 
-    table = {}
+    table: dict[str, dict] = {}
     for system in SYSTEMS:
         small, large, idle = runs(system, "small"), runs(system, "large"), runs(system, "idle")
         table[system] = {

@@ -144,6 +144,7 @@ def crowd(args, server, system: str, watching: monitor.Monitor) -> dict:
         "heartbeats_read": reader.get("heartbeats"),
     }
     if gateway:
+        assert ramp_start is not None and window_start is not None and window_end is not None  # scraped: a gateway
         report.update({
             "refused_counted": refused_total(server.metrics_port) - refused_before,
             "heartbeat_jitter_steady": histogram_over(window_start["jitter"], window_end["jitter"]),

@@ -58,7 +58,7 @@ async def http1_watcher(port: int, context: ssl.SSLContext | None, counter: Coun
         counter.feed(data)
 
 
-async def http2_connection(port: int, context: ssl.SSLContext, streams: int, counter: Counter) -> None:
+async def http2_connection(port: int, context: ssl.SSLContext | None, streams: int, counter: Counter) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1")
     assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
@@ -104,7 +104,10 @@ def start_gateway(args, tls_args: list[str], log_path: str) -> tuple[subprocess.
            "--metrics-bind", "off", "--sim-load", str(args.rate), "--sim-load-size", str(args.size), *tls_args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log)
-    port = int(re.search(rb":(\d+)\s*$", proc.stdout.readline()).group(1))
+    assert proc.stdout is not None  # stdout=PIPE
+    found = re.search(rb":(\d+)\s*$", proc.stdout.readline())
+    assert found is not None, "the gateway printed no address"
+    port = int(found.group(1))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with open(log_path, "rb") as log:
@@ -127,9 +130,11 @@ async def measure(args, variant: str, tls_args: list[str], client: ssl.SSLContex
             tasks = [asyncio.create_task(http1_watcher(port, client, counter)) for _ in range(args.watchers)]
         await asyncio.sleep(args.warmup)
         pids = procstat.tree(proc.pid)
-        ids0, tree0, worker0, t0 = counter.ids, procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        ids0, tree0 = counter.ids, procstat.cpu_seconds(pids)
+        worker0, t0 = procstat.cpu_seconds([worker]), time.monotonic()
         await asyncio.sleep(args.seconds)
-        ids1, tree1, worker1, t1 = counter.ids, procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        ids1, tree1 = counter.ids, procstat.cpu_seconds(pids)
+        worker1, t1 = procstat.cpu_seconds([worker]), time.monotonic()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

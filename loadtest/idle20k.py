@@ -110,6 +110,7 @@ def start_gateway(cpu: int | None) -> tuple[subprocess.Popen, int, int]:
     port = metrics_port = None
     deadline = time.monotonic() + START_TIMEOUT
     while (port is None or metrics_port is None) and time.monotonic() < deadline:
+        assert proc.stdout is not None  # stdout=PIPE
         line = proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the gateway exited with {proc.wait()} before listening")
@@ -120,6 +121,7 @@ def start_gateway(cpu: int | None) -> tuple[subprocess.Popen, int, int]:
     while time.monotonic() < deadline:
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+                assert port is not None and metrics_port is not None  # the loop above ran out only past the deadline
                 return proc, port, metrics_port
         except OSError:
             time.sleep(0.1)
@@ -179,7 +181,7 @@ def open_clients(args, port: int) -> tuple[dict, list]:
         proc = ctx.Process(target=client_process, args=(args, port, share, child, index), daemon=True)
         proc.start()
         clients.append((proc, parent))
-    total = {"opened": 0, "failures": {}, "nofile": []}
+    total: dict = {"opened": 0, "failures": {}, "nofile": []}
     for _proc, conn in clients:
         report = conn.recv()
         total["opened"] += report["opened"]

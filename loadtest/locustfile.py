@@ -76,14 +76,16 @@ class SSEUser(FastHttpUser):
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         opened = time.monotonic()
         resp = self.client.request(
-            "POST", "/", data=body, stream=True, name=method,
+            "POST", "/", data=body, stream=True, name=method,  # type: ignore[arg-type]  # locust's stubs: bytes work
             headers={"Content-Type": "application/json", "A2A-Version": "1.0", **(headers or {})})
-        if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
+        content_type = resp.headers.get("content-type", "") if resp.headers is not None else ""
+        if resp.status_code != 200 or not str(content_type).startswith("text/event-stream"):
             return
         interval = self.environment.parsed_options.heartbeat_interval if self.environment.parsed_options else 15.0
         last_beat = opened
         data, size = None, 0
         reader = resp._response  # geventhttpclient's response: readline returns per buffered line
+        assert reader is not None  # a response was read: its status is above
         for _ in range(MAX_EVENTS_PER_STREAM * 4):
             line = reader.readline(b"\n")
             if not line:
@@ -125,7 +127,7 @@ class SubscribeUser(SSEUser):
     def load_task_id(self) -> str | None:
         """The `--sim-load` task: the oldest working task (ids are time-ordered)."""
         body = orjson.dumps({"jsonrpc": "2.0", "id": "list", "method": "ListTasks", "params": {}})
-        resp = self.client.request("POST", "/", data=body, name="ListTasks",
+        resp = self.client.request("POST", "/", data=body, name="ListTasks",  # type: ignore[arg-type]  # as above
                                    headers={"Content-Type": "application/json", "A2A-Version": "1.0"})
         tasks = ((orjson.loads(resp.content or b"{}").get("result") or {}).get("tasks")) or []
         working = [t["id"] for t in tasks if t["status"]["state"] == "TASK_STATE_WORKING"]

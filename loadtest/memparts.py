@@ -121,7 +121,8 @@ if os.environ.get("MEMPARTS_DIR"):
     threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
 '''
 # first match wins: the gateway's own adapter before hypercorn's package
-PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"), ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
+PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"),
+         ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
          ("gateway.worker.delivery.drivers", "gateway/worker/delivery/drivers.py"),
          ("gateway.worker.hypercorn", "gateway/worker/hypercorn/"), ("uvloop", "/uvloop/"), ("h11", "/h11/"),
          ("hypercorn", "/hypercorn/"), ("starlette", "/starlette/"), ("gateway", "/gateway/"))
@@ -237,7 +238,7 @@ def measure(args, scenario: str, trace: bool) -> dict:
     gateway = TracedGateway(args, rate, watchers, trace)
     ctx = multiprocessing.get_context("fork")
     ready, stopping = ctx.Event(), ctx.Event()
-    proc = None
+    proc: subprocess.Popen | multiprocessing.process.BaseProcess | None = None
     try:
         wait_for_port(gateway.port, gateway.proc)
         wait_served(gateway.url)
@@ -252,14 +253,17 @@ def measure(args, scenario: str, trace: bool) -> dict:
         if args.csse and rate:
             proc = csse(args, gateway.url, watchers, resume_from, gateway.folder)
         else:
-            proc = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping), daemon=True)
-            proc.start()
+            process = ctx.Process(target=client, args=(gateway.url, watchers, resume_from, ready, stopping),
+                                  daemon=True)
+            process.start()
+            proc = process
             if not ready.wait(args.connect_timeout):
                 raise TimeoutError("the watchers did not open in time")
         time.sleep(args.settle if scenario == "load" else 1.0)
         after, snap_after = gateway.dump()
         result = {"scenario": scenario, "watchers": watchers, "rate": rate, "traced": trace}
         if trace:
+            assert snap_after is not None  # traced: the gateway dumped its snapshot
             result.update(traced(tracemalloc.Snapshot.load(snap_after), before_snapshot, watchers, args.top))
         else:
             result.update(plain(after, before, watchers, args.top))
@@ -338,10 +342,12 @@ def traced(after, before, watchers: int, top: int) -> dict:
                               [0, 0])
         row[0] += stat.size_diff
         row[1] += stat.count_diff
-    line_rows = [{"line": line, "made_by": caller, "bytes": round(size / watchers), "blocks": round(count / watchers, 2)}
+    line_rows = [{"line": line, "made_by": caller, "bytes": round(size / watchers),
+                  "blocks": round(count / watchers, 2)}
                  for (line, caller), (size, count) in sorted(rows.items(), key=lambda kv: -kv[1][0])[:top]]
     return {"traced_bytes_per_watcher": round(sum(s.size_diff for s in stacks) / watchers),
-            "parts_bytes_per_watcher": {k: round(v / watchers) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
+            "parts_bytes_per_watcher": {k: round(v / watchers)
+                                        for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
             "lines_per_watcher": line_rows}
 
 
@@ -355,10 +361,12 @@ def markdown(results: list[dict]) -> str:
             out.append("| part (who allocated) | bytes / watcher |\n|---|---|")
             out += [f"| {k} | {v:,} |" for k, v in r["parts_bytes_per_watcher"].items()]
             out.append("\n| line | made by | bytes / watcher | blocks / watcher |\n|---|---|---|---|")
-            out += [f"| {x['line']} | {x['made_by']} | {x['bytes']:,} | {x['blocks']} |" for x in r["lines_per_watcher"]]
+            out += [f"| {x['line']} | {x['made_by']} | {x['bytes']:,} | {x['blocks']} |"
+                    for x in r["lines_per_watcher"]]
         else:
             out.append("KiB per watcher: " + ", ".join(f"{k} {v}" for k, v in r["kib_per_watcher"].items()))
-            out.append(f"\ngc-tracked objects, bytes per watcher (getsizeof, shallow): {r['census_bytes_per_watcher']:,}\n")
+            out.append("\ngc-tracked objects, bytes per watcher (getsizeof, shallow): "
+                       f"{r['census_bytes_per_watcher']:,}\n")
             out.append("| type | objects / watcher | bytes / watcher |\n|---|---|---|")
             out += [f"| {x['type']} | {x['objects']} | {x['bytes']:,} |" for x in r["census_per_watcher"]]
     return "\n".join(out)

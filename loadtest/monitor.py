@@ -33,8 +33,12 @@ import sys
 import threading
 import time
 import urllib.request
+from typing import TYPE_CHECKING
 
 from gateway.common import procstat
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID  # rich is imported when a terminal draws the progress
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")  # every run's results (git-ignored)
 PHASES = ("starting", "connecting", "warmup", "window", "replaying", "holding", "settling", "closing", "done")
@@ -79,7 +83,7 @@ class Counts:
         total = [0] * (len(COUNT_FIELDS) + len(LATENCY_BOUNDS_MS) + 1)
         for slot in range(self.slots):
             total = [a + b for a, b in zip(total, _SLOT.unpack_from(self.map, _HEADER.size + slot * _SLOT.size))]
-        counts = dict(zip(COUNT_FIELDS, total))
+        counts: dict = dict(zip(COUNT_FIELDS, total))
         counts["latency_histogram"] = total[len(COUNT_FIELDS):]
         counts.update(phase=PHASES[phase], phase_ends=ends / 1000 if ends else None, target=target)
         return counts
@@ -99,7 +103,7 @@ def scrape_metrics(port: int) -> dict:
     """The gateway's series this view and the report use: summed over their labels, the
     heartbeat jitter histogram by bound (cumulative)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-    found = {"open": 0.0, "delivered": 0.0, "lost_to_lag": 0.0, "replays": 0.0, "jitter": {}}
+    found: dict = {"open": 0.0, "delivered": 0.0, "lost_to_lag": 0.0, "replays": 0.0, "jitter": {}}
     names = {"murgw_connections_open{": "open", "murgw_events_delivered_total{": "delivered",
              "murgw_events_lost_to_lag_total{": "lost_to_lag", 'murgw_replays_total{outcome="replayed"': "replays"}
     for line in text.splitlines():
@@ -161,6 +165,7 @@ class Monitor:
         self.started = time.monotonic()
         self.samples: list[dict] = []
         self.followed: list[Followed] = []
+        self._phase_ends: float | None
         self._phase, self._phase_ends, self._target = "starting", None, 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -173,7 +178,7 @@ class Monitor:
             self._rich = Progress(TextColumn("{task.description}"), BarColumn(),
                                   TextColumn("{task.completed:,.0f}/{task.total:,.0f} open  {task.fields[rest]}"),
                                   console=Console(file=self.stream), refresh_per_second=4)
-            self._tasks: dict[str, int] = {}
+            self._tasks: dict[str, TaskID] = {}
 
     # --- what the command tells it ---
 

@@ -37,7 +37,7 @@ HEARTBEAT = object()
 
 
 class Connection:
-    def __init__(self):
+    def __init__(self) -> None:
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.missed = 0
 

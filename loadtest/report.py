@@ -59,7 +59,7 @@ def origin(samples: list[dict], label: str) -> float:
     return next((s["t"] for s in mine if s["phase"] != "starting"), mine[0]["t"] if mine else 0.0)
 
 
-def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
+def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list]:
     """(seconds since the clients began, value) for each sample of `label` that has `key`."""
     zero = origin(samples, label)
     rows = [s for s in samples if s["series"] == label and s.get(key) is not None]
@@ -186,18 +186,18 @@ def charts(samples: list[dict], storm: bool = False) -> dict:
     chart("latency", "Delivery latency p50 (solid) and p99 (dashed)", "ms",
           [line for label in names for line in ((label, " p50", "-", latency(samples, label, 0.5)),
                                                  (label, " p99", "--", latency(samples, label, 0.99)))])
-    chart("cpu", "Server CPU (its whole process tree)", "cores", [(l, "", "-", cpu_cores(samples, l)) for l in names])
+    chart("cpu", "Server CPU (its whole process tree)", "cores", [(n, "", "-", cpu_cores(samples, n)) for n in names])
     chart("rss", "Server resident memory (its whole process tree)", "MiB",
-          [(l, "", "-", rss_mib(samples, l)) for l in names])
+          [(n, "", "-", rss_mib(samples, n)) for n in names])
     if storm:
         lines = []
         for label in names:
             xs, ys, what = replayed(samples, label)
             lines.append((label, f" ({what})", "-", (xs, ys)))
         chart("replay", "Watchers whose replay is complete", "watchers", lines)
-    chart("lost", "Events lost to lag (cumulative)", "events", [(l, "", "-", lost(samples, l)) for l in names])
+    chart("lost", "Events lost to lag (cumulative)", "events", [(n, "", "-", lost(samples, n)) for n in names])
     chart("jitter", "Heartbeat jitter p99 (gateway's histogram, per interval)", "ms",
-          [(l, "", "-", jitter_p99(samples, l)) for l in names])
+          [(n, "", "-", jitter_p99(samples, n)) for n in names])
     return out
 
 
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     """Draw a kept run again: `python -m loadtest.report RUN_JSON DIR` (its figures, samples,
     command line, machine and versions as recorded; the charts as this module draws them now)."""
     import argparse
-    p = argparse.ArgumentParser(description=main.__doc__.split("\n", 1)[0])
+    p = argparse.ArgumentParser(description=(main.__doc__ or "").split("\n", 1)[0])
     p.add_argument("run_json", help="a run.json that --report wrote")
     p.add_argument("directory", help="where the page and its charts go")
     args = p.parse_args(argv)

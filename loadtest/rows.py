@@ -53,7 +53,8 @@ def line(report: dict) -> str:
     return (f"{report['system']:8} {report['watchers']}w @{report['rate']:g}/s  "
             f"delivered/s {report['deliveries_per_s']}  server CPU µs/delivery {cpu_us and round(cpu_us, 2)}  "
             f"p50 {latency.get('p50')} p99 {latency.get('p99')} ms  lost {report['events_lost']}  "
-            f"opened {report['opened']}  RSS KiB/watcher {rss and round(rss, 2)}  client CPU {report['client_cpu_s']} s")
+            f"opened {report['opened']}  RSS KiB/watcher {rss and round(rss, 2)}  "
+            f"client CPU {report['client_cpu_s']} s")
 
 
 def main(argv: list[str] | None = None) -> int:

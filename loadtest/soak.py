@@ -169,7 +169,7 @@ def cycles(args, port: int, supervisor: int, counts: str, started: float, watchi
            gateway: monitor.Followed) -> list[dict]:
     """Driver runs back to back until the soak's minutes are up; a row of figures for each.
     The progress follows each cycle's counts (a new file a cycle: the driver creates it)."""
-    rows = []
+    rows: list[dict] = []
     while time.monotonic() - started < args.minutes * 60:
         watching.phase("soak", args.minutes * 60 - (time.monotonic() - started))
         gateway.counts = f"{counts}-{len(rows)}"

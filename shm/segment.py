@@ -24,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 from multiprocessing import reduction
+from typing import Any, Literal
 
 SHM_DIR = "/dev/shm"
 
@@ -41,11 +42,11 @@ class Handle:
     def __init__(self, name: str, fd: int) -> None:
         self.name, self.fd = name, fd
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, tuple[str, object]]:
         return _rebuild_handle, (self.name, reduction.DupFd(self.fd))
 
 
-def _rebuild_handle(name: str, dup) -> Handle:
+def _rebuild_handle(name: str, dup: Any) -> Handle:  # dup: what reduction.DupFd made (typeshed: Any)
     return Handle(name, dup.detach())
 
 
@@ -100,7 +101,7 @@ class Segment:
             os.close(fd)
         return cls(name, mapping, anonymous=isinstance(where, Handle))
 
-    def view(self, start: int, stop: int, fmt: str = "Q") -> memoryview:
+    def view(self, start: int, stop: int, fmt: Literal["Q", "B"] = "Q") -> memoryview:
         """``buf[start:stop]`` cast to ``fmt``, released by ``close``."""
         view = self.buf[start:stop].cast(fmt)
         self._views.append(view)

@@ -36,7 +36,7 @@ class Caller(NamedTuple):
     sees_all: bool
 
     @classmethod
-    def of(cls, params: dict) -> "Caller":
+    def of(cls, params: dict) -> Caller:
         """The caller a call's params name (`params()` wrote them); none named: a caller
         that sees nothing."""
         owner = params.get("owner")
@@ -82,7 +82,7 @@ class Op(enum.Enum):
         self.params = frozenset(params)
 
     @classmethod
-    def named(cls, wire: object) -> "Op | None":
+    def named(cls, wire: object) -> Op | None:
         return _BY_WIRE.get(wire) if isinstance(wire, str) else None
 
 

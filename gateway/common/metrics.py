@@ -136,7 +136,7 @@ class Counters:
         self.words = blocks.block(index)
 
     @classmethod
-    def attach(cls, where, role: Role, worker: int = 0) -> "Counters":
+    def attach(cls, where, role: Role, worker: int = 0) -> Counters:
         """Attach to this process's block (gateway/common/board.py: an unknown role or worker is an
         error) and record its pid there for the exporter."""
         counters = cls(CounterBlocks.attach(where), board.block_index(role, worker))

@@ -53,7 +53,7 @@ def _token(entry: Any, where: str, default_name: str) -> tuple[TokenRule | None,
                 values[key] = parse(entry[key])
         except ValueError as exc:
             problems.append(f"{where} {key}: {exc}")
-    if problems:
+    if problems or not isinstance(digest, str) or not isinstance(scopes, list):  # no problems: both were checked
         return None, problems
     return TokenRule(name, digest.lower(), tuple(scopes), **values), []
 
@@ -127,7 +127,7 @@ def token_rules(data: dict) -> tuple[TokenRule, ...]:
     for i, entry in enumerate(entries):
         rule, wrong = _token(entry, f"config [[network.authentication.tokens]] #{i + 1}", f"token{i + 1}")
         twin = next((other for other in rules if rule is not None and other.sha256 == rule.sha256), None)
-        if twin is not None:
+        if rule is not None and twin is not None:
             wrong = [f"config [[network.authentication.tokens]] #{i + 1} ({rule.name}) "
                      f"sha256: the same token as {twin.name!r}"]
         elif rule is not None:

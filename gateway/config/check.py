@@ -55,6 +55,7 @@ def run(resolution: Resolution) -> int:
     found = problems(resolution, now)
     if found:
         return refuse(found)
+    assert resolution.config is not None and resolution.args is not None  # resolved, with no problems
     for line in warnings(resolution.config, now):
         print("mur-gateway: warning: " + line, file=sys.stderr)
     if resolution.args.print_config:

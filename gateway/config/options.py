@@ -265,7 +265,7 @@ class Config:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Config":
+    def from_dict(cls, data: Mapping) -> Config:
         data = dict(data)
         data["bind"] = tuple(data["bind"])
         if data["metrics_bind"] is not None:

@@ -43,7 +43,7 @@ def toml_value(value: Any) -> str:
 
 def toml_datetime(seconds: float) -> str:
     """Unix seconds as a TOML offset date-time in UTC (`2027-01-01T00:00:00Z`)."""
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _token_lines(rule: TokenRule) -> list[str]:
@@ -213,8 +213,8 @@ only the configured algorithms (never the token's header's, never `none`).
 `exp` and `sub` are required; `nbf`, `iss` and `aud` are checked as RFC 7519 says, with no leeway.
 `sub` is the caller, as a static token's `name` is (task visibility, limits, the access
 log); a token whose `sub` is a static token's `name` is refused as an unknown one (with one
-warning line naming the clash), so the two never share a caller; `scope` holds the methods it may call, space-separated, or `*`; an optional
-`max_streams` claim limits its open streams as a token's `max_streams` does. A token that
+warning line naming the clash), so the two never share a caller; `scope` holds the methods it may call, space-separated,
+or `*`; an optional `max_streams` claim limits its open streams as a token's `max_streams` does. A token that
 fails any check, or whose `exp` has passed, is answered 401 as an unknown token (the access
 line's `token_problem` tells the operator why); an open
 stream ends when its token's `exp` comes. A reload reads the key file again; streams

@@ -2,8 +2,9 @@
 
 Reloadable (`RELOADABLE`, an option's `reload` in gateway/config/options.py): the tokens (their scopes,
 `max_streams` and `expires`), `[network.authentication.jwt]` with its key file (read again,
-checked as at start), the per-client limits, the trusted proxies and the allowed origins. The supervisor re-reads the file exactly as at start
-(`config_resolve.load`, same command line and environment), so a file that does not parse or
+checked as at start), the per-client limits, the trusted proxies and the allowed origins. The supervisor
+re-reads the file exactly as at start (`config_resolve.load`, same command line and environment), so a file
+that does not parse or
 validate raises ConfigError and changes nothing. Every other setting (bind, workers, TLS
 files, upstream, ...) would need a restart: a reload names those that differ and leaves
 them as they run. So does the door's kind: a reload that would turn a public door into one

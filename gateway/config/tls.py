@@ -16,8 +16,8 @@ missing, unreadable or mismatched file stops the gateway with one line (exit 2) 
 every worker failing on its own.
 
 SIGHUP re-reads the pair (certbot-style renewal in place): the reload checks it the same way
-(a pair that does not load rejects the reload, nothing changed), and only a pair that loads is loaded again into each worker's serving context
-(`reload_pair`), the very SSLContext object hypercorn serves with (`configure` keeps it).
+(a pair that does not load rejects the reload, nothing changed), and only a pair that loads is loaded again into each
+worker's serving context (`reload_pair`), the very SSLContext object hypercorn serves with (`configure` keeps it).
 OpenSSL copies a context's certificate into each connection when the connection is made, so
 new handshakes get the new certificate and open connections keep theirs, none dropped. Each
 worker checks the pair on a scratch context again before loading it (the files may have been
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ssl
 import time
+from typing import TypeGuard
 
 ALPN_PROTOCOLS = ["h2", "http/1.1"]
 
@@ -51,7 +52,8 @@ def certificate_problem(certfile: str | None, keyfile: str | None) -> str | None
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
     except ssl.SSLError as exc:
-        return f"--certfile {certfile} / --keyfile {keyfile}: not a usable PEM certificate and key ({exc.reason or exc})"
+        return (f"--certfile {certfile} / --keyfile {keyfile}: "
+                f"not a usable PEM certificate and key ({exc.reason or exc})")
     except ValueError as exc:  # e.g. an encrypted key: the gateway takes no password
         return f"--keyfile {keyfile}: {exc}"
     return None
@@ -79,7 +81,8 @@ def upstream_cacert_problem(cacert: str | None) -> str | None:
     return None
 
 
-def enabled(certfile: str | None, keyfile: str | None) -> bool:
+def enabled(certfile: str | None, keyfile: str | None) -> TypeGuard[str]:
+    """Both set; a type checker then knows `certfile` is a path."""
     return certfile is not None and keyfile is not None
 
 

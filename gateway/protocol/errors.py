@@ -77,7 +77,8 @@ class RpcError(Exception):
         return ERRORS[self.code]
 
     def error_dict(self) -> dict:
-        error_info = {"@type": ERROR_INFO_TYPE, "reason": self.kind.reason, "domain": ERROR_DOMAIN, "metadata": self.metadata}
+        error_info = {"@type": ERROR_INFO_TYPE, "reason": self.kind.reason, "domain": ERROR_DOMAIN,
+                      "metadata": self.metadata}
         return {"code": self.code, "message": self.message, "data": [error_info]}
 
 
@@ -87,12 +88,12 @@ def task_ended(code: int, task_id: str, state: str) -> RpcError:
     return RpcError(code, f"task {task_id} has ended ({murmur_word(state)})")
 
 
-def error_response(rpc_id, err: RpcError) -> dict:
+def error_response(rpc_id: object, err: RpcError) -> dict:
     """`rpc_id` None (unknown, e.g. unparsable request) is written as `"id": null`."""
     return {"jsonrpc": "2.0", "id": rpc_id, "error": err.error_dict()}
 
 
-def error_body(rpc_id, err: RpcError) -> bytes:
+def error_body(rpc_id: object, err: RpcError) -> bytes:
     return orjson.dumps(error_response(rpc_id, err))
 
 

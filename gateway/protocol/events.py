@@ -90,7 +90,7 @@ def _text_parts(text: str) -> list[dict]:
 def agent_message(
     text: str, *, task_id: str | None = None, context_id: str | None = None, message_id: str | None = None
 ) -> dict:
-    message = {"messageId": message_id or new_message_id()}
+    message: dict = {"messageId": message_id or new_message_id()}
     if context_id is not None:
         message["contextId"] = context_id
     if task_id is not None:
@@ -104,14 +104,14 @@ def task_status(
     state: str, ts: str, text: str | None = None, *, task_id: str, context_id: str, message_id: str | None = None
 ) -> dict:
     """A TaskStatus; `message` (naming the task and its context) only when there is text."""
-    status = {"state": state}
+    status: dict = {"state": state}
     if text is not None:
         status["message"] = agent_message(text, task_id=task_id, context_id=context_id, message_id=message_id)
     status["timestamp"] = ts
     return status
 
 
-def task(task_id: str, context_id: str, status: dict, artifacts: list[dict] = ()) -> dict:
+def task(task_id: str, context_id: str, status: dict, artifacts: list[dict] | tuple[dict, ...] = ()) -> dict:
     body = {"id": task_id, "contextId": context_id, "status": status}
     if artifacts:
         body["artifacts"] = list(artifacts)
@@ -202,8 +202,9 @@ def quota_window(
     state: str | None = None,
 ) -> dict:
     """One `windows[]` entry; unlike frame keys, a value the harness did not report is absent."""
-    window = {"name": name}
-    for key, value in (("used", used), ("resetsAtMs", resets_at_ms), ("windowMinutes", window_minutes), ("state", state)):
+    window: dict = {"name": name}
+    for key, value in (("used", used), ("resetsAtMs", resets_at_ms), ("windowMinutes", window_minutes),
+                       ("state", state)):
         if value is not None:
             window[key] = value
     return window
@@ -236,7 +237,8 @@ def capsule_closed_frame() -> dict:
 # --- Carriers ---
 
 
-def task_frame_event(task_id: str, context_id: str, frame: dict, *, state: str = WORKING, ts: str | None = None) -> dict:
+def task_frame_event(task_id: str, context_id: str, frame: dict, *, state: str = WORKING,
+                     ts: str | None = None) -> dict:
     """A task's frame: a statusUpdate repeating `state`, no `status.message`, stamped now."""
     status = {"state": state, "timestamp": ts or timestamp()}
     return status_update(task_id, context_id, status, {STREAM_URI: frame})

@@ -48,7 +48,8 @@ class SSEParser:
             line = raw[:-1] if raw.endswith(b"\r") else raw
             if not line:
                 if self._seen:
-                    events.append(SSEEvent(self._id, "\n".join(self._data) if self._data else None, tuple(self._comments)))
+                    data = "\n".join(self._data) if self._data else None
+                    events.append(SSEEvent(self._id, data, tuple(self._comments)))
                 self._reset()
             else:
                 self._read_line(line.decode("utf-8", "replace"))

@@ -58,7 +58,7 @@ def parse_last_event_id(value: str | None) -> int | None | _NotANumber:
 
 def plan_replay(*, watch: bool, last_event_id: int | None | _NotANumber, oldest: int, next_id: int) -> ReplayPlan:
     """`oldest` is the oldest buffered id (0 when the buffer is empty); `next_id` the next id issued."""
-    if last_event_id is None or last_event_id is NOT_A_NUMBER:
+    if last_event_id is None or isinstance(last_event_id, _NotANumber):
         if not watch:
             return NO_REPLAY
         last_event_id = 0

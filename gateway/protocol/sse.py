@@ -38,6 +38,6 @@ def frame_event(event_id: int | None, rpc_id_json: bytes, result_json: bytes) ->
     return join_event(event_head(event_id), rpc_prefix(rpc_id_json), result_json)
 
 
-def json_rpc_result(rpc_id, result) -> bytes:
+def json_rpc_result(rpc_id: object, result: object) -> bytes:
     """A whole JSON-RPC response body, for the methods that answer without a stream."""
     return b"".join((rpc_prefix(orjson.dumps(rpc_id)), orjson.dumps(result), b"}"))

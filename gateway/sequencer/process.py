@@ -123,7 +123,8 @@ class Sequencer:
         held = Holdings()
 
         async def handle(name: object, p: dict) -> object:
-            own = self.own_operations.get(Op.named(name))
+            op = Op.named(name)
+            own = self.own_operations.get(op) if op is not None else None
             return own(held, p) if own is not None else await self.handle(name, p)
 
         try:

@@ -38,7 +38,7 @@ def fields(config: Config, *, listening: str, metrics: str | None, capacity_boun
         "listening": listening,
         "workers": config.workers,
         "max_connections_per_worker": config.max_connections,
-        "capacity": config.workers * config.max_connections,
+        "capacity": config.workers * (config.max_connections or 0),  # resolved: never None here
         "capacity_bound": capacity_bound,
         "descriptors": descriptors,
         "backlog": config.listen_backlog,

@@ -105,7 +105,7 @@ def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
             family.add_metric([value] if label else [], max(0, sums[metrics.OFFSETS[(name, value)]]))
         yield family
     for name, (help_text, label, values, buckets, scale) in metrics.HISTOGRAMS.items():
-        family = HistogramMetricFamily(metrics.PREFIX + name, help_text, labels=[label] if label else [])
+        histogram = HistogramMetricFamily(metrics.PREFIX + name, help_text, labels=[label] if label else [])
         for value in values:
             base = metrics.OFFSETS[(name, value)]
             running, cumulative = 0, []
@@ -114,12 +114,12 @@ def families(sums: list[int], gauges: Iterable[tuple[str, str, float]] = ()):
                 cumulative.append((str(bound), running))
             running += sums[base + len(buckets)]
             cumulative.append(("+Inf", running))
-            family.add_metric([value] if label else [], cumulative,
-                              sum_value=sums[base + len(buckets) + 1] / scale)
-        yield family
-    for name, help_text, value in gauges:
+            histogram.add_metric([value] if label else [], cumulative,
+                                 sum_value=sums[base + len(buckets) + 1] / scale)
+        yield histogram
+    for name, help_text, reading in gauges:
         family = GaugeMetricFamily(metrics.PREFIX + name, help_text)
-        family.add_metric([], value)
+        family.add_metric([], reading)
         yield family
 
 

@@ -48,13 +48,12 @@ from gateway.common import stall
 from gateway.config import tls
 from gateway.config.options import Config, ConfigError
 from gateway.common.control import Op
-from gateway.tuning import NOTSENT_LOWAT_BYTES
+from gateway.tuning import DRAIN_SECONDS, NOTSENT_LOWAT_BYTES
 from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-DRAIN_SECONDS = 3.0
 METRICS_BACKLOG = 64
 RELOAD_TIMEOUT = 5.0
 WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
@@ -131,7 +130,7 @@ class Supervisor:
         self.config = config
         self.ctx = multiprocessing.get_context("spawn")
         lifeline.without_resource_tracker()  # nothing for it to track (supervisor/lifeline.py)
-        self.listener = listening_socket(*config.bind, config.listen_backlog)
+        self.listener = listening_socket(*config.bind, found.listen_backlog)
         self.address = address_of(self.listener)  # in every process title: which gateway this is
         self.metrics_listener: socket.socket | None = None
         if config.metrics_bind is not None:
@@ -154,9 +153,9 @@ class Supervisor:
         for send_end, _ in self.wake:
             send_end.setblocking(False)
         self.config_dict = config.to_dict()
-        self.workers: list[multiprocessing.Process | None] = [None] * config.workers
-        self.sequencer: multiprocessing.Process | None = None
-        self.exporter: multiprocessing.Process | None = None
+        self.workers: list[multiprocessing.process.BaseProcess | None] = [None] * config.workers
+        self.sequencer: multiprocessing.process.BaseProcess | None = None
+        self.exporter: multiprocessing.process.BaseProcess | None = None
         self.restarts = 0
         # each worker slot's restart policy, then the exporter's (supervisor/restarts.py)
         self.backoffs = [restarts.Backoff() for _ in range(config.workers + 1)]
@@ -168,7 +167,7 @@ class Supervisor:
         os.set_blocking(self._signal_r, False)
         os.set_blocking(self._signal_w, False)
 
-    def _child(self, role: str, target, *args) -> multiprocessing.Process:
+    def _child(self, role: str, target, *args) -> multiprocessing.process.BaseProcess:
         """A started child process, named after its role and the gateway's address
         (supervisor/proctitle.py) and bound to live no longer than this one (supervisor/lifeline.py)."""
         title = f"{role} {self.address}"
@@ -178,12 +177,13 @@ class Supervisor:
         return proc
 
     def _start_worker(self, index: int) -> None:
-        self.workers[index] = self._child(
+        proc = self.workers[index] = self._child(
             f"worker {index}", worker_process.main, self.config_dict, index, self.listener,
             self.ring.handle, self.blocks.handle, self.control_path, self.wake[index][1])
         now = time.monotonic()
         self.backoffs[index].started_at(now)
-        self.stalls.started(index, self.workers[index].pid, now)
+        assert proc.pid is not None  # started
+        self.stalls.started(index, proc.pid, now)
 
     def _start_exporter(self) -> None:
         self.exporter = self._child("exporter", exporter.main, self.metrics_listener,
@@ -228,6 +228,7 @@ class Supervisor:
 
     def watch(self) -> int:
         """Until a signal or the sequencer's death; returns the exit status."""
+        assert self.sequencer is not None  # start() started it
         while not self.stopping:
             self.notifier.check_ready(self.board, self.config.workers)
             # Every dead child found below leaves this list (its slot waits for its restart,
@@ -277,7 +278,7 @@ class Supervisor:
         except BlockingIOError:
             pass
 
-    def _replacing(self, role: str, dead: multiprocessing.Process, counter: str, backoff: restarts.Backoff,
+    def _replacing(self, role: str, dead: multiprocessing.process.BaseProcess, counter: str, backoff: restarts.Backoff,
                    now: float, **fields) -> None:
         """Log and count a dead child, and set when its replacement starts (supervisor/restarts.py)."""
         delay = backoff.died_at(now)
@@ -334,7 +335,8 @@ class Supervisor:
         """SIGKILL every worker whose loop stood still (common/stall.py); the loop above replaces it."""
         now = time.monotonic()
         for index, proc in enumerate(self.workers):
-            if proc is not None and proc.is_alive() and self.stalls.stuck(index, proc.pid, now):
+            if (proc is not None and proc.pid is not None and proc.is_alive()
+                    and self.stalls.stuck(index, proc.pid, now)):
                 wall, waited = self.stalls.still[index]
                 self.log.warning("worker's event loop stood still; killing it", worker=index,
                                  worker_pid=proc.pid, stall_timeout=self.config.worker_stall_timeout,

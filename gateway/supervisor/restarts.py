@@ -23,7 +23,7 @@ class Backoff:
 
     __slots__ = ("delay", "started", "due")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.delay = 0.0  # the wait before the last restart; 0: none owed
         self.started = 0.0  # when the slot's child started (monotonic seconds)
         self.due: float | None = None  # when a restart waits for, else None

@@ -93,6 +93,7 @@ def open_connection(address: str, cacert: str | None = None,
         raise CannotWatch(f"not a valid address: {address}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
         raise CannotWatch(f"not an http:// or https:// address: {address}")
+    connection: http.client.HTTPConnection
     if url.scheme == "https":
         connection = http.client.HTTPSConnection(url.hostname, port, timeout=timeout,
                                                  context=tls_context(cacert))

@@ -71,7 +71,7 @@ class WatchPrinter:
         self.threaded = False
         self.last_event_id: int | None = None
         self.exit_code: int | None = None  # set when the stream says mur watch is done
-        self._responses: dict[str, str] = {}  # task id -> its held `response` text
+        self._responses: dict[str | None, str] = {}  # task id (None: a body naming none) -> its held `response` text
         self._open_text: str | None = None  # the label of the text that left stdout mid-line
         self._stdout_owner: str | None = None  # the label of the last line or text on stdout
         self._frame_handlers: dict[str, Callable[[dict, dict], list[Write]]] = {
@@ -97,7 +97,7 @@ class WatchPrinter:
         if item is None:
             return []
         if item.frame is not None:
-            handler = self._frame_handlers.get(item.frame.get("frame"))
+            handler = self._frame_handlers.get(item.frame["frame"])  # parser.py: a frame has the key
             return handler(item.body, item.frame) if handler else []
         if item.kind == "statusUpdate":
             return self._status(item.body)
@@ -121,7 +121,9 @@ class WatchPrinter:
 
     def _status(self, body: dict) -> list[Write]:
         status = body.get("status")
-        state = status.get("state") if isinstance(status, dict) else None
+        if not isinstance(status, dict):
+            return []
+        state = status.get("state", "")  # absent: no murmur word, as a state it does not know
         try:
             word = murmur_word(state)
         except KeyError:

@@ -12,12 +12,13 @@ Fields: `http_method` and `path` (the path cut at `MAX_PATH_CHARS`), `method` (t
 method, on `POST /` once the body named a known one), `status` (the HTTP status; null when
 the client left before any answer), `code` (a JSON-RPC error's code), `caller` (the name of
 the token's `[[network.authentication.tokens]]` entry, or a JWT's `sub`: never the token, never its digest),
-`client` (the peer, or the client behind `--trusted-proxies`: `limits.ClientLimits.client`) and `duration_s` (from the request's head to its last byte; for
+`client` (the peer, or the client behind `--trusted-proxies`: `limits.ClientLimits.client`) and `duration_s` (from the
+request's head to its last byte; for
 `stream end`, the stream's whole life). A stream's end adds `events` (numbered events it
 wrote, a replay's included), `bytes` (the SSE body bytes, without HTTP framing) and
 `reason`: `client_left`, `task_ended` (its task's final or input-required status), `session_closed`,
-`session_changed` (the ring began a new session), `revoked` (a reload took its token's right to it), `expired` (its token's
-`expires` or `exp` came), `lapped` (the ring lapped its replay, and what lapped replays kept alive
+`session_changed` (the ring began a new session), `revoked` (a reload took its token's right to it), `expired` (its
+token's `expires` or `exp` came), `lapped` (the ring lapped its replay, and what lapped replays kept alive
 passed the worker's `--max-lapped-replay-bytes`: delivery/lapped.py), `drain` (the gateway is stopping) or
 `aborted` (the connection failed under it). A refusal whose status covers several causes adds
 `refusal`: a 401's `no token` (none, or another scheme) or `unknown token` (no rule matches,
@@ -116,7 +117,7 @@ class NotingSend:
 
 def server_send(send):
     """The server's own send behind `NotingSend`: a stream's sink is found from it (the
-    front's own send: hypercorn/serving.sink_for) and writes to it, the stream's status noted already."""
+    front's own send: asgi_sink.sink_for) and writes to it, the stream's status noted already."""
     return send.send if isinstance(send, NotingSend) else send
 
 

@@ -42,8 +42,8 @@ class AsgiSink:
     __slots__ = ("_send", "_receive", "_watching", "_listener", "_pending", "_sending", "_cut", "left")
 
     def __init__(self, send: Send, receive: Receive):
-        self._send = send
-        self._receive = receive
+        self._send: Send | None = send  # both None once released
+        self._receive: Receive | None = receive
         self._watching: asyncio.Task | None = None  # waits on `receive` for the client's leaving
         self._listener = None  # has `poke()`, called once when the client leaves
         self._pending: bytes | None = None
@@ -68,10 +68,12 @@ class AsgiSink:
             body, self._pending = self._pending, None
             self._sending = asyncio.current_task()
             try:
+                assert self._send is not None  # released only once its stream is over
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
             except asyncio.CancelledError:
                 if not self._cut:
                     raise  # not ours: the worker is stopping
+                assert self._sending is not None  # set above, in this task
                 self._sending.uncancel()
             except Exception:  # the peer went away mid-write
                 self._leave()
@@ -83,6 +85,7 @@ class AsgiSink:
         await self.drain()  # what the last write left
         if not self.left:
             try:
+                assert self._send is not None  # released only once its stream is over
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
             except Exception:
                 pass
@@ -98,6 +101,7 @@ class AsgiSink:
 
     async def _watch(self) -> None:
         while not self.left:
+            assert self._receive is not None  # release cancels this task first
             if (await self._receive())["type"] == "http.disconnect":
                 self._leave()
 

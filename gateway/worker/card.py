@@ -8,6 +8,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import time
+from collections.abc import Mapping
 
 import orjson
 from starlette.requests import Request
@@ -27,7 +28,7 @@ CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the 
 MAX_CACHED_HOSTS = 64
 
 
-def own_url(config: Config, scope: dict) -> str:
+def own_url(config: Config, scope: Mapping) -> str:
     """`--public-url`, else the address the client reached (the connection's own socket
     address, never the `:0` of --bind). Never the request's Host: a card kept for its max-age
     by shared caches must not name whatever host a client wrote."""
@@ -35,10 +36,10 @@ def own_url(config: Config, scope: dict) -> str:
         return config.public_url.rstrip("/") + "/"
     host, port = scope.get("server") or config.bind
     # scope["scheme"] is "https" on a TLS connection (--certfile), whatever the HTTP version
-    return "%s://%s:%d/" % (scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
+    return "{}://{}:{:d}/".format(scope.get("scheme", "http"), f"[{host}]" if ":" in host else host, port)
 
 
-def with_own_address(card: dict, scope: dict, config: Config) -> dict:
+def with_own_address(card: dict, scope: Mapping, config: Config) -> dict:
     """The upstream's card, every interface pointing at this gateway instead, the security
     fields saying what this gateway's own door asks (it enforces its own tokens), and not the
     gateway's own extension, which upstream mode does not serve."""
@@ -69,7 +70,7 @@ def door_fields(config: Config) -> dict:
             "securityRequirements": [{"schemes": {"bearer": {"list": []}}}]}
 
 
-def agent_card(config: Config, scope: dict, extended: bool = False) -> dict:
+def agent_card(config: Config, scope: Mapping, extended: bool = False) -> dict:
     frames = list(events.PROCESS_FRAME_NAMES if config.inference.transport == "process" else events.FRAME_NAMES)
     streaming = config.lifecycle.task_acceptance != "none"
     card = {
@@ -136,7 +137,7 @@ class CardRoute:
             body = await self._build(request)
             if isinstance(body, Response):
                 return body
-            cache[host] = (body, '"%s"' % hashlib.sha256(body).hexdigest()[:32],
+            cache[host] = (body, f'"{hashlib.sha256(body).hexdigest()[:32]}"',
                            email.utils.formatdate(usegmt=True), time.monotonic())
         body, etag, built, _ = cache[host]
         headers = {"cache-control": f"public, max-age={CARD_MAX_AGE_SECONDS}", "etag": etag, "last-modified": built,

@@ -5,12 +5,13 @@ Starlette's StreamingResponse does not give). Every request first passes `Admiss
 503 + Retry-After (the worker's open requests at --max-connections; the probes have a bound
 of their own) and 431 (more than
 --max-headers lines, or a head over --max-header-bytes). Then, on `POST /`:
-429 (the client's request bucket, --client-request-rate, is empty) -> 404 (no JSON content type) or 401 (no token, or one the door does not know), both decided
+429 (the client's request bucket, --client-request-rate, is empty) -> 404 (no JSON content type) or 401 (no token, or
+one the door does not know), both decided
 from the head: the body is then only drained, never parsed (nor read when its client waits
 for `100 Continue`: the connection closes after the refusal) -> 413 (body over
 --max-body-bytes) -> 408 (body not in within --body-timeout) -> 404 (empty body) -> -32700
-(not JSON) -> -32600 (nested deeper than --max-json-depth, a top-level member named twice, not a JSON-RPC request, id longer
-than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
+(not JSON) -> -32600 (nested deeper than --max-json-depth, a top-level member named twice, not a JSON-RPC request, id
+longer than --max-rpc-id-chars) -> -32601 (method) -> 403 (the token lacks the method's scope) ->
 -32009 (A2A-Version) -> 429 (a stream over --max-streams-per-client or its token's
 max_streams, limits.py) -> the method's own errors. Every JSON-RPC error is one JSON body with
 HTTP 200; the door's own refusals carry their HTTP status and RFC 9457 problem details

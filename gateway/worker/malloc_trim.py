@@ -37,7 +37,8 @@ class Trimmer:
             self.timer = asyncio.get_running_loop().call_later(self.interval, self._tick)
 
     def _tick(self) -> None:
-        self.trim(0)
+        if self.trim is not None:  # start() runs the timer only then
+            self.trim(0)
         self.start()
 
     def cancel(self) -> None:

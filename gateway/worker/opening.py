@@ -122,7 +122,7 @@ class Openings:
         ext_values = head_of(scope).all(b"a2a-extensions")
         activated = activation.connection_activated(method, ext_values)
         door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
-            params.get("message") if isinstance(params.get("message"), dict) else {})
+            message if isinstance(message := params.get("message"), dict) else {})
         since = self.hub.reading_point()  # before the task is read, so no event is lost in between
         if method in WATCHER_METHODS:
             owner = await self._owner_code(caller) if method == WATCH_OWN_TASKS else None
@@ -154,8 +154,8 @@ class Openings:
             head = stream.unnumbered(events.task_event(answer["task"]))
         # The replay's events are not copied here: the hub writes them from the window a
         # piece at a time (stream.py, catchup.py); the opening holds its gap frame alone.
-        gap = plan.gap is not None and stream.activated
-        stream.opening = head + stream.connection_frame(events.gap_frame(plan.gap)) if gap else head
+        gap = plan.gap if stream.activated else None
+        stream.opening = head + stream.connection_frame(events.gap_frame(gap)) if gap is not None else head
         await self._start(send, method, activated, door_used)
         return served
 

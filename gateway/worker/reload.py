@@ -37,6 +37,7 @@ def apply(config: Config, settings: dict, admission, hub) -> Config:
     certificate = settings.pop(config_reload.CERTIFICATE, False)
     config = Config.from_dict({**config.to_dict(), **settings})
     if certificate:
+        assert config.certfile is not None and config.keyfile is not None  # a certificate reload: TLS is on
         problem = tls.reload_pair(config.certfile, config.keyfile)
         if problem is not None:
             log.error("certificate not reloaded; the one in use stays", problem=problem)

@@ -32,7 +32,8 @@ FILES = (("/watch", "watch.html", "text/html; charset=utf-8"),
 def page_bytes(name: str, config: Config) -> bytes:
     text = resources.files("gateway").joinpath("static", name).read_text(encoding="utf-8")
     if name == "watch.html":
-        text = text.replace("{stream_uri}", STREAM_URI).replace("{auth}", "required" if config.authenticated else "none")
+        auth = "required" if config.authenticated else "none"
+        text = text.replace("{stream_uri}", STREAM_URI).replace("{auth}", auth)
     return text.encode()
 
 

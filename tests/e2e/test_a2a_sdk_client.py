@@ -4,7 +4,7 @@ The raw-socket tests check the bytes; this file checks that an ordinary A2A v1.0
 built from the agent card can use the door: the SDK resolves `/.well-known/agent-card.json`,
 picks the JSON-RPC interface, sends `A2A-Version: 1.0` by itself, parses every SSE event with
 its own parser into a `StreamResponse`, and maps the door's JSON-RPC errors to its own
-exception types (DECISIONS: error codes). Extensions are requested the way the SDK
+exception types (gateway/protocol/errors.py: the error codes). Extensions are requested the way the SDK
 documents, with `with_a2a_extensions` in the call's service parameters.
 """
 

@@ -74,7 +74,7 @@ def gateway_options():
 
 @pytest.mark.parametrize("leave", [half_close, SSEStream.close, reset], ids=["fin", "fin-and-close", "reset"])
 def test_a_watcher_that_leaves_frees_its_place_at_once(gateway, leave):
-    """[claim: client-leaves] DECISIONS: a client's FIN on a stream, like a reset, ends the stream and frees its place
+    """[claim: client-leaves] SECURITY.md: a client's FIN on a stream, like a reset, ends the stream and frees its place
     (a killed `curl` sends a FIN). Each case first fills the three places again, so the case
     before it freed them all."""
     gw = gateway

@@ -280,7 +280,8 @@ def test_token_rules_validate_a_file_without_the_options(tmp_path):
     """What a reload calls: the file's tokens alone, refused in the same words as at start."""
     path = tmp_path / "gw.toml"
     path.write_text(f"[[network.authentication.tokens]]\n{TOKEN}")
-    assert config_authentication.token_rules(config_file.read_file(str(path))) == (config.TokenRule("ops", DIGEST, ("*",)),)
+    rules = config_authentication.token_rules(config_file.read_file(str(path)))
+    assert rules == (config.TokenRule("ops", DIGEST, ("*",)),)
     path.write_text("[network.authentication]\ntokens = []\n")
     with pytest.raises(config.ConfigError, match="declares no"):
         config_authentication.token_rules(config_file.read_file(str(path)))

@@ -1,7 +1,8 @@
 """`mur-gateway --check` and `--print-config`, as real processes, and docs/configuration.md.
 
 --check of a good configuration says `configuration ok`; of a bad TLS pair or an expired
-certificate, one line; of a static token past its `expires`, a warning and still ok. --print-config's TOML is taken back by --config (the same settings,
+certificate, one line; of a static token past its `expires`, a warning and still ok. --print-config's TOML is taken back
+by --config (the same settings,
 from a pipe), names each value's origin, and never holds a secret. The docs' option table is
 what the options' declarations write. (The strict-file refusals, in the start's words, are
 checked in tests/e2e/test_config.py beside the start's own.)
@@ -56,7 +57,7 @@ def test_a_key_that_is_not_the_certificate_s_is_one_line(tmp_path, certs):
 
 
 def test_an_expired_certificate_is_one_line(tmp_path):
-    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
     leaf = trustme.CA().issue_cert("127.0.0.1", not_before=past, not_after=past + datetime.timedelta(days=30))
     certfile, keyfile = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
     leaf.cert_chain_pems[0].write_to_path(certfile)
@@ -105,7 +106,8 @@ def test_print_config_round_trips_through_check_and_keeps_no_secret(tmp_path, ce
     copy = tmp_path / "printed.toml"
     copy.write_text(text)
     original = config_resolve.load(["--config", path, "--max-headers", "50"], environ=env)
-    assert config_resolve.load(["--config", str(copy)], environ={}) == dataclasses.replace(original, upstream_token=None)
+    reloaded = config_resolve.load(["--config", str(copy)], environ={})
+    assert reloaded == dataclasses.replace(original, upstream_token=None)
 
 
 def test_print_config_of_a_bad_configuration_is_its_problems():

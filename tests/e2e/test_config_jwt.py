@@ -1,6 +1,6 @@
 """`[network.authentication.jwt]` in the configuration (gateway/config/authentication.py,
-gateway/config/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per mistake;
---print-config shows the table and never the key; and the door's verifier with each kind of
+gateway/config/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per
+mistake; --print-config shows the table and never the key; and the door's verifier with each kind of
 key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
 
 from __future__ import annotations

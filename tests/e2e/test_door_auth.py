@@ -1,4 +1,4 @@
-"""The door's tokens and task visibility end to end ([network.authentication], DECISIONS).
+"""The door's tokens and task visibility end to end ([network.authentication], SECURITY.md).
 
 One gateway with five tokens: alice (two tokens under one name, as during a rotation) and bob
 create tasks; ops holds murmur.WatchSession and so sees every task; narrow holds only
@@ -164,7 +164,8 @@ def test_list_tasks_shows_own_tasks_and_watch_scope_shows_all(gateway, alices_wa
     assert {alices_waiting_task, bobs} <= listed(OPS)
     assert listed(NARROW) == set()
     assert rpc(gateway.port, "GetTask", {"id": bobs}, token=OPS)[2]["result"]["id"] == bobs
-    assert rpc(gateway.port, "CancelTask", {"id": bobs}, token=BOB)[2]["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    canceled = rpc(gateway.port, "CancelTask", {"id": bobs}, token=BOB)[2]["result"]
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
 
 
 def test_a_rotated_token_under_the_same_name_keeps_its_tasks(gateway, alices_waiting_task):
@@ -272,7 +273,7 @@ def test_attachment_while_the_sequencer_is_unreachable_is_503():
     assert counters.added == []  # the gateway's own trouble, not a refusal: counted nowhere
 
 
-# --- a context belongs to its callers (DECISIONS) ---
+# --- a context belongs to its callers (SECURITY.md) ---
 
 def context_of(port: int, token: str, task_id: str) -> str:
     return rpc(port, "GetTask", {"id": task_id}, token=token)[2]["result"]["contextId"]

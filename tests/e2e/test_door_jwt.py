@@ -159,7 +159,7 @@ def test_a_stream_ends_when_its_jwt_expires_worded_as_a_revocation(gateway):
 
 
 def toml_datetime(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_a_static_token_with_expires_ends_its_streams_then_and_is_401_after(tmp_path):

@@ -24,7 +24,8 @@ def request(body: bytes = WATCH, extra: bytes = b"") -> bytes:
 
 
 SMUGGLED = {
-    "Content-Length and Transfer-Encoding": HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+    "Content-Length and Transfer-Encoding": HEAD
+    + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
     % (len(WATCH), len(WATCH), WATCH),
     "two different Content-Lengths": request(extra=b"Content-Length: 5\r\n"),
     "an obs-fold line": request(extra=b"X-A: one\r\n two\r\n"),

@@ -23,7 +23,8 @@ VALUES = [b"127.0.0.1", b"application/json", b"5", b"05", b"-1", b"5, 5", b"chun
 def heads(draw) -> bytes:
     method = draw(st.sampled_from([b"POST", b"GET", b"post", b"P OST", b"", b"PRI", b"POST\x00"]))
     target = draw(st.sampled_from([b"/", b"/x?y", b"*", b"", b"/ a", b"http://h/", b"/\x7f"]))
-    version = draw(st.sampled_from([b"HTTP/1.1"] * 4 + [b"HTTP/1.0", b"HTTP/2.0", b"http/1.1", b"HTTP/1.1 ", b"HTTP/9"]))
+    version = draw(st.sampled_from([b"HTTP/1.1"] * 4
+                                   + [b"HTTP/1.0", b"HTTP/2.0", b"http/1.1", b"HTTP/1.1 ", b"HTTP/9"]))
     lines = [draw(st.sampled_from([b"", b" ", b"\t"])) + b"%s %s %s" % (method, target, version)]
     for _ in range(draw(st.integers(0, 6))):
         name = draw(st.sampled_from(NAMES) | st.binary(max_size=8))

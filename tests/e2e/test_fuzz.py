@@ -128,7 +128,8 @@ def rpc_bodies(draw) -> tuple[bytes, str | None]:
 
 def frame(draw, body: bytes) -> tuple[list[tuple[str, str]], bytes, bool]:
     """Headers that frame `body`, the bytes after the head, and whether the framing is sound."""
-    how = draw(st.sampled_from(["length"] * 6 + ["chunked"] * 3 + ["broken chunks", "short length", "long length", "none"]))
+    how = draw(st.sampled_from(["length"] * 6 + ["chunked"] * 3
+                               + ["broken chunks", "short length", "long length", "none"]))
     if how == "length":
         return [("Content-Length", str(len(body)))], body, True
     if how == "chunked":
@@ -160,7 +161,8 @@ def rpc_cases(draw) -> Case:
     if auth is not None:
         headers.append(("Authorization", auth))
     for name, values in (("A2A-Version", st.sampled_from(["1.0", "1.0", "1.1", "2.0", "", "one"]) | header_text),
-                         ("Last-Event-ID", st.sampled_from(["0", "-1", "", "1e3", str(2**64), "9" * 200]) | header_text),
+                         ("Last-Event-ID",
+                          st.sampled_from(["0", "-1", "", "1e3", str(2**64), "9" * 200]) | header_text),
                          ("A2A-Extensions", header_text),
                          ("X-Forwarded-For", forwarded_values), ("Forwarded", forwarded_values)):
         if draw(st.booleans()):

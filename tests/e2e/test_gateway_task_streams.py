@@ -246,7 +246,7 @@ def test_lagged_task_stream_still_gets_its_ending(tmp_path):
             events = stream_all(stream)
         lagged = [item(e) for e in events if item(e).frame and item(e).frame["frame"] == "lagged"]
         assert lagged, "the stalled reader was never lagged"
-        assert all(l.kind == "statusUpdate" and l.body["taskId"] == task_id for l in lagged)
+        assert all(e.kind == "statusUpdate" and e.body["taskId"] == task_id for e in lagged)
         assert describe(events[-1]) == "completed:task completed"
         assert describe(events[-2]) == "artifactUpdate"
 

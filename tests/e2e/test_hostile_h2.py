@@ -119,7 +119,8 @@ class PlainH2:
         stream_id = self.conn.get_next_available_stream_id()
         self.conn.send_headers(stream_id, [
             (b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
-            (b"content-type", b"application/json"), (b"a2a-version", b"1.0"), (b"content-length", str(length).encode())])
+            (b"content-type", b"application/json"), (b"a2a-version", b"1.0"),
+            (b"content-length", str(length).encode())])
         self.sock.sendall(self.conn.data_to_send())
         return stream_id
 

@@ -100,7 +100,7 @@ def _config(tmp_path, text: str) -> str:
 
 @pytest.mark.parametrize("version", ["1.1", "1.0"])
 def test_a_half_closed_stream_client_has_left_and_its_stream_ends(gateway, version):
-    """DECISIONS: on a stream, a client's FIN is the watcher leaving. A watch never ends by
+    """SECURITY.md: on a stream, a client's FIN is the watcher leaving. A watch never ends by
     itself and heartbeats reach a half-closed client, so only the FIN closes this one (the
     header timeout is far beyond the socket's own)."""
     raw = until_close(gateway.port, post("murmur.WatchSession", {}, version), half_close=True)

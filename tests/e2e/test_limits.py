@@ -170,7 +170,7 @@ def test_open_requests_per_worker_are_capped_with_503_and_retry_after(tmp_path):
             answer = exchange(gw.port, CARD, method="GET")
             assert refusal(answer, 503) == "this worker is serving as many requests as it may; retry shortly"
             assert answer.headers["retry-after"] == "1" and answer.headers["connection"] == "close"
-            # DECISIONS: a probe is never refused for load; it holds none of the places
+            # SECURITY.md: a probe is never refused for load; it holds none of the places
             assert exchange(gw.port, head("GET", "/healthz", []), method="GET").status == 200
             assert exchange(gw.port, head("GET", "/readyz", []), method="GET").status == 200
             assert refusal(exchange(gw.port, CARD, method="GET"), 503)
@@ -182,7 +182,7 @@ def test_open_requests_per_worker_are_capped_with_503_and_retry_after(tmp_path):
 
 @pytest.mark.parametrize("value", ["", "-1", "abc", "1e3", "+5", "0x10", "1 2"])
 def test_a_last_event_id_that_is_not_a_number_replays_a_watch_from_zero(gateway, value):
-    """[claim: last-event-id] DECISIONS: trimmed; only decimal digits are a number. The spec's Replay table: a watch
+    """[claim: last-event-id] SECURITY.md: trimmed; only decimal digits are a number. The spec's Replay table: a watch
     replays from 0 when the header is not a number."""
     with SSEStream(gateway.port, WATCH, {}, last_event_id=value) as stream:
         assert item(stream.next()).frame["frame"] == "connection-ack"

@@ -16,7 +16,7 @@ from helpers.tls_support import Certificates
 
 WATCH = "murmur.WatchSession"
 EXPIRY = "murgw_tls_certificate_expiry_timestamp_seconds"
-RENEWED = datetime.datetime(2031, 6, 1, tzinfo=datetime.timezone.utc)
+RENEWED = datetime.datetime(2031, 6, 1, tzinfo=datetime.UTC)
 
 
 def served_not_after(port: int, certs: Certificates) -> str:

@@ -106,7 +106,8 @@ def test_a_link_lagged_at_the_upstream_resumes_from_its_replay(tmp_path):
 def test_upstream_paused_then_resumed_loses_nothing(tmp_path):
     with running_gateway(tmp_path=tmp_path) as a, front_of(a, tmp_path) as b:
         with SSEStream(b.port, WATCH, {}, last_event_id=str(2**40)) as watcher:
-            task_id = rpc(b.port, "SendMessage", user_message("/scenario slow turns=3 delay=0.3"))[2]["result"]["task"]["id"]
+            sent = rpc(b.port, "SendMessage", user_message("/scenario slow turns=3 delay=0.3"))
+            task_id = sent[2]["result"]["task"]["id"]
             watcher.read_until(lambda e: describe(e) == "working:inference turn 1")
             pids = [a.pid] + a.children()
             for pid in pids:
@@ -149,8 +150,8 @@ def test_a_sees_one_upstream_stream_per_b(tmp_path):
             for w in watchers:
                 w.next()
             text = urllib.request.urlopen(f"http://127.0.0.1:{a.metrics_port}/metrics").read().decode()
-            line = next(l for l in text.splitlines()
-                        if l.startswith('murgw_connections_open{endpoint="murmur.WatchSession"}'))
+            line = next(row for row in text.splitlines()
+                        if row.startswith('murgw_connections_open{endpoint="murmur.WatchSession"}'))
             assert float(line.split()[-1]) == 1
         finally:
             for w in watchers:

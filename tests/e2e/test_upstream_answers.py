@@ -158,7 +158,8 @@ def test_b_refuses_as_a_does(tmp_path, door):
 
 
 def test_a_message_answer_passes_through_b(tmp_path):
-    message = {**user_message("hi"), "message": {**user_message("hi")["message"], "messageId": "tck-message-response-1"}}
+    message = {**user_message("hi"),
+               "message": {**user_message("hi")["message"], "messageId": "tck-message-response-1"}}
     with a_and_b(tmp_path, False) as (a, b):
         on_a = rpc(a.port, "SendMessage", message)[2]["result"]
         on_b = rpc(b.port, "SendMessage", message)[2]["result"]

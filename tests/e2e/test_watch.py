@@ -268,7 +268,8 @@ def test_the_token_from_a_file_or_the_environment_never_shows_on_the_command_lin
     config = _token_config(tmp_path, "secret-watcher-7q", '["murmur.WatchSession", "murmur.StopSession"]')
     token_file = tmp_path / "token"
     token_file.write_text("secret-watcher-7q\n")
-    args, env = (("--token-file", str(token_file)), {}) if source == "--token-file" else ((), {"MUR_TOKEN": "secret-watcher-7q"})
+    args, env = ((("--token-file", str(token_file)), {}) if source == "--token-file"
+                 else ((), {"MUR_TOKEN": "secret-watcher-7q"}))
     with running_gateway("--config", config, tmp_path=tmp_path) as gateway, \
             mur_watch(address_of(gateway.port), *args, env=env) as mur:
         wait_for(lambda: any(r.get("event") == "stream open" and r.get("caller") == "t" for r in gateway.logs()),

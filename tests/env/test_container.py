@@ -192,7 +192,7 @@ def test_image_holds_the_gateway_and_nothing_of_tests(image):
     config = podman("image", "inspect", "--format",
                     "{{.Config.User}}|{{.Config.Entrypoint}}|{{.Config.Healthcheck.Test}}|{{.Size}}", image).stdout
     user, entrypoint, healthcheck, size = config.strip().split("|")
-    assert user == "%d:%d" % dockerfile_user()
+    assert user == "{:d}:{:d}".format(*dockerfile_user())
     assert entrypoint == "[tini -- mur-gateway]"
     assert "gateway.commands.healthcheck" in healthcheck  # kept: built in docker format
     print(f"image {image}: {int(size) / 1e6:.1f} MB")

@@ -193,7 +193,7 @@ def test_every_query_is_filtered_on_the_job_and_instance_variables():
         assert var["query"]["query"].startswith("label_values(murgw_build_info"), var["name"]
     assert variables["instance"]["query"]["query"] == 'label_values(murgw_build_info{job=~"$job"}, instance)'
     for title, expr in expressions():
-        selectors = re.findall(r"murgw_\w+(.{0,%d})" % len(FILTER), expr)
+        selectors = re.findall(rf"murgw_\w+(.{{0,{len(FILTER)}}})", expr)
         assert selectors and all(rest == FILTER for rest in selectors), (title, expr)
 
 

@@ -29,7 +29,7 @@ class SSEStream:
 
     `worker_pid` is the pid of the worker serving it, read from /proc (`serving_pid`). The
     stream request is the connection's first, as a watcher's is: the front of HTTP/1.1
-    connections serves it (a stream asked on a connection hypercorn already serves is
+    connections serves it (a stream asked after another request on a kept-alive connection is
     test_front.py's).
     """
 
@@ -96,7 +96,7 @@ class SSEStream:
         self.http.close()
         self.check_a2a()
 
-    def __enter__(self) -> "SSEStream":
+    def __enter__(self) -> SSEStream:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -141,7 +141,8 @@ class H2Connection:
 
 
 def lagged_frames(events: list[SSEEvent]) -> list[dict]:
-    return [item(e).frame for e in events if e.data is not None and item(e).frame and item(e).frame["frame"] == "lagged"]
+    return [item(e).frame for e in events
+            if e.data is not None and item(e).frame and item(e).frame["frame"] == "lagged"]
 
 
 def accounted(events: list[SSEEvent], total: int) -> bool:

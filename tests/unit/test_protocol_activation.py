@@ -7,7 +7,8 @@ from gateway.protocol.uris import DOOR_URI, OWN_TASKS_URI, STREAM_URI
 
 pytestmark = pytest.mark.unit
 
-OTHER_METHODS = [act.SEND_MESSAGE, act.GET_TASK, act.LIST_TASKS, act.CANCEL_TASK, act.STOP_SESSION, act.GET_EXTENDED_AGENT_CARD]
+OTHER_METHODS = [act.SEND_MESSAGE, act.GET_TASK, act.LIST_TASKS, act.CANCEL_TASK, act.STOP_SESSION,
+                 act.GET_EXTENDED_AGENT_CARD]
 
 
 def test_header_lines_are_split_trimmed_and_empties_dropped():

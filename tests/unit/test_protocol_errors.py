@@ -40,7 +40,8 @@ def test_every_code_body_shape(code, name, reason):
             "code": code,
             "message": errors.ERRORS[code].message,
             "data": [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "a2a-protocol.org", "metadata": {}}
+                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "a2a-protocol.org",
+                 "metadata": {}}
             ],
         },
     }

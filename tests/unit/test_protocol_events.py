@@ -85,7 +85,8 @@ def test_connection_ack_carrier_example():
 
 FRAME_EXAMPLES = [
     (ev.text_frame("README.md describes", False), r'{"frame":"text","text":"README.md describes","final":false}'),
-    (ev.thinking_frame("The file names two targets"), r'{"frame":"thinking","text":"The file names two targets","final":false}'),
+    (ev.thinking_frame("The file names two targets"),
+     r'{"frame":"thinking","text":"The file names two targets","final":false}'),
     (
         ev.tool_call_started_frame("toolu_01", "write_file"),
         r'{"frame":"tool-call-started","toolCallId":"toolu_01","toolName":"write_file"}',
@@ -101,7 +102,7 @@ FRAME_EXAMPLES = [
             fence_source="tool:bash", tool_call_id="toolu_01", is_error=False, duration_ms=12, exit_code=0,
             truncated=False, attachments=[],
         ),
-        r'{"frame":"artifact","toolName":"bash","content":"<untrusted-content source=tool:bash>\nExit code: 0\nStdout:\nhello\n\n</untrusted-content>","fenceSource":"tool:bash","toolCallId":"toolu_01","isError":false,"durationMs":12,"exitCode":0,"truncated":false,"attachments":[]}',
+        r'{"frame":"artifact","toolName":"bash","content":"<untrusted-content source=tool:bash>\nExit code: 0\nStdout:\nhello\n\n</untrusted-content>","fenceSource":"tool:bash","toolCallId":"toolu_01","isError":false,"durationMs":12,"exitCode":0,"truncated":false,"attachments":[]}',  # noqa: E501 - the spec's example, verbatim
     ),
     (
         ev.artifact_frame(
@@ -109,16 +110,17 @@ FRAME_EXAMPLES = [
             fence_source=None, tool_call_id="toolu_03", is_error=True, duration_ms=0, exit_code=None,
             truncated=False, attachments=[],
         ),
-        r"""{"frame":"artifact","toolName":"no-such-tool","content":"tool 'no-such-tool' is not declared in manifest allowlist","fenceSource":null,"toolCallId":"toolu_03","isError":true,"durationMs":0,"exitCode":null,"truncated":false,"attachments":[]}""",
+        r"""{"frame":"artifact","toolName":"no-such-tool","content":"tool 'no-such-tool' is not declared in manifest allowlist","fenceSource":null,"toolCallId":"toolu_03","isError":true,"durationMs":0,"exitCode":null,"truncated":false,"attachments":[]}""",  # noqa: E501 - the spec's example, verbatim
     ),
     (
         ev.artifact_frame(
             tool_name="screenshot",
             content="<untrusted-content source=tool:screenshot>\nsaved shot.png\n</untrusted-content>",
             fence_source="tool:screenshot", tool_call_id="toolu_02", is_error=False, duration_ms=40, exit_code=None,
-            truncated=False, attachments=[ev.attachment("image/png", 48213, "9f2c…", "/attachments/tsk_0199c4e2…/9f2c…")],
+            truncated=False,
+            attachments=[ev.attachment("image/png", 48213, "9f2c…", "/attachments/tsk_0199c4e2…/9f2c…")],
         ),
-        r'{"frame":"artifact","toolName":"screenshot","content":"<untrusted-content source=tool:screenshot>\nsaved shot.png\n</untrusted-content>","fenceSource":"tool:screenshot","toolCallId":"toolu_02","isError":false,"durationMs":40,"exitCode":null,"truncated":false,"attachments":[{"mediaType":"image/png","sizeBytes":48213,"sha256":"9f2c…","url":"/attachments/tsk_0199c4e2…/9f2c…"}]}',
+        r'{"frame":"artifact","toolName":"screenshot","content":"<untrusted-content source=tool:screenshot>\nsaved shot.png\n</untrusted-content>","fenceSource":"tool:screenshot","toolCallId":"toolu_02","isError":false,"durationMs":40,"exitCode":null,"truncated":false,"attachments":[{"mediaType":"image/png","sizeBytes":48213,"sha256":"9f2c…","url":"/attachments/tsk_0199c4e2…/9f2c…"}]}',  # noqa: E501 - the spec's example, verbatim
     ),
     (
         ev.artifact_frame(
@@ -137,17 +139,20 @@ FRAME_EXAMPLES = [
     (ev.suggested_prompt_frame("Run the test suite"), r'{"frame":"suggested-prompt","text":"Run the test suite"}'),
     (ev.gap_frame(37), r'{"frame":"gap","firstAvailableId":37}'),
     (ev.lagged_frame(40), r'{"frame":"lagged","missed":40}'),
-    (ev.connection_ack_frame("stateless"), r'{"frame":"connection-ack","role":"observer","conversationMode":"stateless"}'),
+    (ev.connection_ack_frame("stateless"),
+     r'{"frame":"connection-ack","role":"observer","conversationMode":"stateless"}'),
     (ev.capsule_closed_frame(), r'{"frame":"capsule-closed"}'),
 ]
 
 
-@pytest.mark.parametrize("frame, spec_json", FRAME_EXAMPLES, ids=[f"{f['frame']}-{i}" for i, (f, _) in enumerate(FRAME_EXAMPLES)])
+@pytest.mark.parametrize("frame, spec_json", FRAME_EXAMPLES,
+                         ids=[f"{f['frame']}-{i}" for i, (f, _) in enumerate(FRAME_EXAMPLES)])
 def test_frame_examples_byte_for_byte(frame, spec_json):
     assert orjson.dumps(frame) == spec_json.encode()
 
 
-@pytest.mark.parametrize("frame", [f for f, _ in FRAME_EXAMPLES], ids=[f"{f['frame']}-{i}" for i, (f, _) in enumerate(FRAME_EXAMPLES)])
+@pytest.mark.parametrize("frame", [f for f, _ in FRAME_EXAMPLES],
+                         ids=[f"{f['frame']}-{i}" for i, (f, _) in enumerate(FRAME_EXAMPLES)])
 def test_every_frame_parses_as_a2a_in_both_carriers(frame):
     assert_stream_response(ev.task_frame_event(TASK_ID, CONTEXT_ID, frame))
     assert_stream_response(ev.taskless_frame_event(frame))

@@ -25,7 +25,8 @@ def build_wire() -> bytes:
         sse.frame_event(None, rpc, orjson.dumps(ev.taskless_frame_event(ev.connection_ack_frame("threaded")))),
         sse.HEARTBEAT,
         sse.frame_event(1, rpc, orjson.dumps(ev.status_update(TASK_ID, CONTEXT_ID, status))),
-        sse.frame_event(2, rpc, orjson.dumps(ev.task_frame_event(TASK_ID, CONTEXT_ID, ev.text_frame("héllo — ✓ 🚀", False), ts=TS))),
+        sse.frame_event(2, rpc, orjson.dumps(ev.task_frame_event(TASK_ID, CONTEXT_ID,
+                                                                 ev.text_frame("héllo — ✓ 🚀", False), ts=TS))),
         sse.HEARTBEAT,
     ])
 
@@ -103,7 +104,8 @@ def test_read_stream_response_reopen_annotation():
 def test_unknown_members_frames_and_keys_are_tolerated():
     unknown_member = {"jsonrpc": "2.0", "id": 1, "result": {"somethingNew": {"x": 1}}, "extra": True}
     assert read_stream_response(orjson.dumps(unknown_member)) == (1, None, None)
-    both = {"jsonrpc": "2.0", "id": 1, "result": {"somethingNew": {}, "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": []}}}
+    both = {"jsonrpc": "2.0", "id": 1,
+            "result": {"somethingNew": {}, "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": []}}}
     assert read_stream_response(orjson.dumps(both))[1].kind == "message"
     future = ev.taskless_frame_event({"frame": "hologram", "depth": 3})
     future["message"]["newKey"] = {"nested": [1, {"deeper": None}]}

@@ -12,7 +12,8 @@ TASK_ID = "tsk_0199c4e2f1b7712a9d3e4f5061728394"
 CONTEXT_ID = "ctx_0199c4e2f1b7712a9d3e4f50617283a1"
 
 SPEC_EVENT_3 = (
-    b'id: 3\ndata: {"jsonrpc":"2.0","id":"r1","result":{"statusUpdate":{"taskId":"tsk_0199c4e2f1b7712a9d3e4f5061728394",'
+    b'id: 3\ndata: {"jsonrpc":"2.0","id":"r1","result":{"statusUpdate":'
+    b'{"taskId":"tsk_0199c4e2f1b7712a9d3e4f5061728394",'
     b'"contextId":"ctx_0199c4e2f1b7712a9d3e4f50617283a1","status":{"state":"TASK_STATE_WORKING","message":'
     b'{"messageId":"msg_0199c4e2f1b87a01b2c3d4e5f6071829","contextId":"ctx_0199c4e2f1b7712a9d3e4f50617283a1",'
     b'"taskId":"tsk_0199c4e2f1b7712a9d3e4f5061728394","role":"ROLE_AGENT","parts":[{"mediaType":"text/plain",'

@@ -181,7 +181,7 @@ def test_a_read_that_straddles_a_reset_gives_none_even_for_the_same_id(ring):
     for stage in ("sequence", "descriptor", "copied"):
 
         def new_session_rewrites_id_1(at):
-            if at == stage:
+            if at == stage:  # noqa: B023 - called within this iteration of the loop
                 ring.reset()
                 ring.append(1, 0, 0, b"session " + str(ring.epoch).encode())
 

@@ -47,6 +47,11 @@ def test_the_moved_numbers_are_the_ones_their_users_read():
     assert stall.PULSE_SECONDS == tuning.PULSE_SECONDS
     assert door.PROBES_IN_FLIGHT == tuning.PROBES_IN_FLIGHT
     assert reload.CHECKS_PER_HEARTBEAT == tuning.CHECKS_PER_HEARTBEAT
+    from gateway.worker.http import accept, framing, front
+    from gateway.worker.hypercorn import serving
+    assert (supervisor.DRAIN_SECONDS, serving.GRACE_SECONDS, accept.RETRY_SECONDS, front.BODY_BUFFERED,
+            framing.MAX_CACHED_HEADS) == (tuning.DRAIN_SECONDS, tuning.GRACE_SECONDS, tuning.RETRY_SECONDS,
+                                          tuning.BODY_BUFFERED, tuning.MAX_CACHED_HEADS)
 
 
 def test_the_relations_hold():
@@ -59,6 +64,7 @@ def test_the_relations_hold():
     ("OPENINGS_PER_TURN", 1000, "ACCEPT_BURST"),
     ("FULL_AFTER", 10, "a measured storm's allocations"),
     ("POLL_SECONDS", 0.5, "fit in a stall pulse"),
+    ("GRACE_SECONDS", 5.0, "within the supervisor's drain"),
 ])
 def test_a_number_that_breaks_a_relation_is_named(monkeypatch, name, value, words):
     monkeypatch.setattr(tuning, name, value)

@@ -21,7 +21,8 @@ def event(result: dict, event_id: int | None = None) -> SSEEvent:
 
 
 def status(state: str, text: str | None = None, task=TASK_A, ctx=CTX_A, event_id=None) -> SSEEvent:
-    return event(events.status_update(task, ctx, events.task_status(state, TS, text, task_id=task, context_id=ctx)), event_id)
+    status = events.task_status(state, TS, text, task_id=task, context_id=ctx)
+    return event(events.status_update(task, ctx, status), event_id)
 
 
 def text(chunk: str, task=TASK_A, ctx=CTX_A, final=False) -> SSEEvent:
@@ -141,7 +142,8 @@ def test_hidden_events_heartbeats_and_the_opening_task_print_nothing():
     task = events.task(TASK_A, CTX_A, events.task_status("TASK_STATE_SUBMITTED", TS, task_id=TASK_A, context_id=CTX_A))
     stdout, stderr, _ = run(
         HEARTBEAT, event(events.task_event(task)), frame(events.thinking_frame("x")),
-        frame(events.tool_call_started_frame("toolu_01", "bash")), frame(events.tool_call_progress_frame("toolu_01", 9)),
+        frame(events.tool_call_started_frame("toolu_01", "bash")),
+        frame(events.tool_call_progress_frame("toolu_01", 9)),
         frame(events.quota_frame([events.quota_window("five-hour", used=0.4)])),
         frame(events.suggested_prompt_frame("Run the tests")), text("", final=True), STATELESS_ACK)
     assert (stdout, stderr) == ("", "")

@@ -168,7 +168,7 @@ class Attempt:
         self.emit.status(self.task, states.INPUT_REQUIRED, prompt)
         try:  # answered: the embedded capsule wrote `resumed` when it took the reply
             return await asyncio.wait_for(asyncio.shield(waiter), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if waiter.done():  # taken as the wait timed out: it is read, never dropped
                 return waiter.result()
             self.task.set_status(states.WORKING)

@@ -28,8 +28,8 @@ from gateway.protocol.errors import (INVALID_PARAMS, TASK_NOT_CANCELABLE, UNSUPP
                                      RpcError, task_ended)
 
 
-def returns_immediately(params: dict) -> bool:
-    configuration = params.get("configuration")
+def returns_immediately(params: object) -> bool:
+    configuration = params.get("configuration") if isinstance(params, dict) else None
     return isinstance(configuration, dict) and configuration.get("returnImmediately") is True
 
 
@@ -170,7 +170,7 @@ class EmbeddedCapsule:
             task = self._task(p, p.get("task_id"))
         except RpcError:
             return None
-        found = task.attachments.get(p.get("sha256"))
+        found = task.attachments.get(p.get("sha256", ""))
         if found is None:
             return None
         return {"mediaType": found[0], "data": base64.b64encode(found[1]).decode()}

@@ -9,14 +9,15 @@ scenarios in turn: each call records, encodes and writes one event of a task.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Mapping, Protocol
 
 from gateway.sequencer.capsule.tasks import Task
 from gateway.common.control import Op
 
 
 class Capsule(Protocol):
-    operations: dict[Op, Callable[[dict], Awaitable[object]]]  # the control calls it answers
+    @property
+    def operations(self) -> Mapping[Op, Callable[[dict], Awaitable[object]]]: ...  # the control calls it answers
 
     def start(self) -> None: ...
 

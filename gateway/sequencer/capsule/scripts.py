@@ -141,7 +141,7 @@ async def input_script(a: Attempt, options: dict) -> None:
     call_id = await a.tool_call("request-input", 32)
     reply = await a.wait_for_input(options["prompt"])
     await a.tool_result(call_id, "request-input", reply or "", exit_code=None)
-    await a.answer_turn(reply)
+    await a.answer_turn(reply or "")
 
 
 async def timeout_script(a: Attempt, options: dict) -> None:

@@ -91,6 +91,7 @@ async def complete_empty(a: Attempt, message: UserMessage) -> None:
 async def input_required(a: Attempt, message: UserMessage) -> UserMessage:
     call_id = await a.tool_call("request-input", len(INPUT_PROMPT))
     reply = await a.wait_for_reply(INPUT_PROMPT)
+    assert reply is not None  # no timeout: the wait ends only with a reply
     await a.tool_result(call_id, "request-input", reply.text, exit_code=None)
     return reply
 

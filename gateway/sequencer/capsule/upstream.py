@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+from typing import Any
 
 import orjson
 
@@ -104,7 +105,7 @@ class UpstreamCapsule:
 
     # --- the one upstream stream ---
 
-    def headers(self, extra: list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    def headers(self, extra: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> list[tuple[str, str]]:
         headers = [("Content-Type", "application/json"), ("A2A-Version", A2A_VERSION), *extra]
         if self.token:
             headers.append(("Authorization", f"Bearer {self.token}"))
@@ -172,8 +173,8 @@ class UpstreamCapsule:
         return False
 
     def _take_unnumbered(self, item) -> bool:
-        frame = item.frame if item is not None else None
-        name = frame.get("frame") if frame else None
+        frame = (item.frame if item is not None else None) or {}
+        name = frame.get("frame")
         if name == events.FRAME_LAGGED:
             return True
         if name == events.FRAME_GAP:
@@ -242,7 +243,7 @@ class UpstreamCapsule:
 
     # --- forwarded control calls ---
 
-    async def call(self, method: str, params: dict) -> object:
+    async def call(self, method: str, params: dict) -> Any:  # the JSON-RPC result, as parsed
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         try:
             status, _, payload = await request(self.origin, "POST", "/", self.headers(), body)
@@ -266,6 +267,7 @@ class UpstreamCapsule:
             self._visible(message.get("taskId"), p)
         elif isinstance(message, dict):
             self.contexts.check(message.get("contextId"), Caller.of(p))
+        task: dict | None
         if p.get("streaming") and not await self._serves_streams():
             task = await self._upstream_opening(SEND_STREAMING_MESSAGE, params)
         else:

@@ -52,7 +52,7 @@ class Origin:
                                 f"{exc.verify_message or exc.reason}") from None
         except ssl.SSLError as exc:
             raise UpstreamError(f"{self.authority}: the TLS handshake failed: {exc.reason or exc}") from None
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise UpstreamError(f"cannot connect to {self.authority}: {str(exc) or 'timed out'}") from None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Callable, Protocol
+from typing import Callable, Generic, Protocol, TypeVar
 
 from gateway.tuning import TURN_BUDGET_SECONDS
 
@@ -26,19 +26,22 @@ class Queued(Protocol):
     queued: bool
 
 
-class CatchUp:
+Q = TypeVar("Q", bound=Queued)  # the hub's record of a stream (drivers.Served)
+
+
+class CatchUp(Generic[Q]):
     """A FIFO of streams wanting their next piece, and the one callback that writes them."""
 
-    def __init__(self, write: Callable[[Queued], int], after_run: Callable[[int], None]):
+    def __init__(self, write: Callable[[Q], int], after_run: Callable[[int], None]):
         self._write = write  # (stream) -> 1 when a piece was written; it may add the stream again
         self._after_run = after_run  # (pieces written): the hub counts what the run took
-        self._queue: deque[Queued] = deque()
+        self._queue: deque[Q] = deque()
         self._run_handle: asyncio.Handle | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, stream: Queued) -> None:
+    def add(self, stream: Q) -> None:
         if stream.queued:
             return
         stream.queued = True

@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from typing import TYPE_CHECKING, Callable
+import functools
+from typing import TYPE_CHECKING, Callable, cast
 
 from gateway import logs
 from gateway.common.control import EVERY_TASK, ControlClient, Op
-from gateway.worker.delivery.sink import Sink
+from gateway.worker.delivery.sink import AtOnceSink, Sink
 from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, GOES_ON, OPENED, OPENING,
                                             PARKED, Delivery, Stream)
 
 if TYPE_CHECKING:
+    from gateway.worker.access_log import Exchange
     from gateway.worker.delivery.catchup import CatchUp
     from gateway.worker.delivery.heartbeats import Heartbeats
-    from gateway.worker.delivery.hub import Hub
     from gateway.worker.delivery.window import Window
 
 log = logs.get("worker")
@@ -37,7 +38,7 @@ class Drivers:
     """The stream drivers of a hub (see the module's docstring)."""
 
     window: Window
-    catch_up: CatchUp
+    catch_up: CatchUp[Served]
     control: ControlClient
     _loop: asyncio.AbstractEventLoop | None
     _lookups: set[asyncio.Task]
@@ -200,12 +201,11 @@ class Drivers:
                 served.waiting = CHECK
                 task = self._loop.create_task(self._check(served))
                 self._lookups.add(task)
-                task.add_done_callback(self._looked_up)
-                task.served = served
+                task.add_done_callback(functools.partial(self._looked_up, served))
             elif wait is DONE:
                 reason = self._why_ended(served)
                 if not served.sink.closed:
-                    served.sink.end_now()
+                    cast(AtOnceSink, served.sink).end_now()  # adopted: it writes at once
                 self._finish(served, reason)
             else:
                 served.waiting = wait
@@ -215,13 +215,13 @@ class Drivers:
                 served.sink.abort()
                 self._finish(served, None)
 
-    def _looked_up(self, task: asyncio.Task) -> None:
+    def _looked_up(self, served: Served, task: asyncio.Task) -> None:
         self._lookups.discard(task)
         if task.cancelled():
             return  # the worker is stopping
         if task.exception() is not None:
             log.error("a stream's task lookup failed", error=repr(task.exception()))
-        self._advance(task.served)
+        self._advance(served)
 
 
 class Wait(enum.Enum):
@@ -250,7 +250,7 @@ class Served:
 
     def __init__(self, stream: Stream):
         self.stream = stream
-        self.hub: Hub | None = None  # the hub that serves it, once it does (`Hub._open`)
+        self.hub: Drivers | None = None  # the hub that serves it, once it does (`Hub._open`)
         self.sink: Sink | None = None
         self.waiting: Wait | None = None
         self.waiter: asyncio.Future | None = None
@@ -259,7 +259,7 @@ class Served:
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
         self.ended_by: str | None = None  # "revoked", "expired" or "lapped" (`end_stream`)
-        self.exchange = None  # the access log's record of its request (access_log.py)
+        self.exchange: Exchange | None = None  # the access log's record of its request (access_log.py)
 
     def resume(self) -> None:
         """Its driver runs again, on the loop's next turn: its coroutine, or `Hub._advance`."""

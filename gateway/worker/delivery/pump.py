@@ -82,15 +82,17 @@ class Pump:
         wait (a burst) that a stream could near the lag limit before the pass."""
         waiting = self.ring.head - self.window.head + self._arrived
         delay = self._delay if waiting < tuning.COALESCE_MAX_EVENTS else 0.0
+        loop = self._loop
+        assert loop is not None  # started: a wake-up comes through its reader
         pending = self._pending_sync
         if pending is not None:
             # uvloop answers call_later(0, ...) with a plain Handle, which has no when(): the
             # due time is kept here
-            if delay or self._pending_due <= self._loop.time():
+            if delay or self._pending_due <= loop.time():
                 return  # the pass already due serves this wake-up too
             pending.cancel()
-        self._pending_due = self._loop.time() + delay
-        self._pending_sync = self._loop.call_later(delay, self._coalesced_sync)
+        self._pending_due = loop.time() + delay
+        self._pending_sync = loop.call_later(delay, self._coalesced_sync)
 
     def _coalesced_sync(self) -> None:
         self._pending_sync = None
@@ -170,5 +172,5 @@ class Pump:
         self.board.arm(self.index)
         if self.ring_moved():
             self._schedule_sync()  # written while we copied: the next batch
-        elif self._poll is None:
+        elif self._poll is None and self._loop is not None:  # a sync runs on the started loop
             self._poll = self._loop.call_later(tuning.POLL_SECONDS, self._on_poll)

@@ -7,9 +7,9 @@ switch. Two kinds, by `writes_at_once`:
 - True: the front of HTTP/1.1 connections (gateway/worker/http/), which is the connection's
   protocol. It writes, drains and ends at once: the hub drives its stream with no coroutine
   (`Hub.adopt`), and the sink pokes its listener when it drained, as when its client left.
-- False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2, a stream asked on a
-  connection hypercorn already serves). Such a sink keeps the body and answers blocked; the
-  stream's coroutine (`Hub.serve`) then awaits `drain`, which sends it, and `end`.
+- False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2). Such a sink keeps
+  the body and answers blocked; the stream's coroutine (`Hub.serve`) then awaits `drain`,
+  which sends it, and `end`.
 """
 
 from __future__ import annotations
@@ -55,3 +55,10 @@ class Sink(Protocol):
 
     def release(self) -> None:
         """The stream is over: let go of the connection's objects."""
+
+
+class AtOnceSink(Sink, Protocol):
+    """A sink that `writes_at_once` (the front's): its stream's end is written at once."""
+
+    def end_now(self) -> None:
+        """End the response body now (the stream is over and the client is still there)."""

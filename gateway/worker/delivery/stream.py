@@ -202,7 +202,7 @@ class Stream:
         if self.task is None:
             return self.unnumbered(events.taskless_frame_event(frame))
         return self.unnumbered(events.task_frame_event(
-            self.task.id, self.task.context_id, frame, state=self.last_state))
+            self.task.id, self.task.context_id, frame, state=self.last_state or states.WORKING))  # a task's: never None
 
     # --- which events it takes: its filter, here alone ---
 
@@ -223,7 +223,7 @@ class Stream:
         self.cursor = head
         return True
 
-    def ends(self, terminal: bool, input_required: bool, live: bool) -> bool:
+    def ends(self, terminal: int, input_required: int, live: bool) -> bool:  # flags: any truthy value
         """How a task stream ends: after its task's terminal status, and a SendStreamingMessage
         stream also after an input-required status it receives live (not replayed)."""
         if self.task is None:
@@ -321,7 +321,9 @@ class Stream:
         replaying = cursor < replay_end
         end = replay_end if replaying else head  # a piece never runs from the replay into live
         noted.lag = head - cursor
+        source: Replay | Window
         if replaying:  # its view holds every event it owes: the lag rule is for live events
+            assert self.replay is not None  # start_replay set it; written whole, it is let go
             source, first, missed = self.replay, cursor + 1, 0
         else:
             source = window
@@ -381,7 +383,7 @@ class Stream:
         named first: the ending is the next thing it receives."""
         status = snapshot["status"]
         terminal = states.is_terminal(status["state"])
-        if not self.ends(terminal, status["state"] == states.INPUT_REQUIRED, live=True):
+        if self.task is None or not self.ends(terminal, status["state"] == states.INPUT_REQUIRED, live=True):
             return b"", None, None
         task_id, context_id = self.task.id, self.task.context_id
         parts: list[bytes] = []

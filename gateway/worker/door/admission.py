@@ -65,7 +65,7 @@ class Admission:
             if self.probes_of.get(self._client(scope), 0) >= PROBES_PER_CLIENT:
                 return Refused(503, f"this client has {PROBES_PER_CLIENT} probes in flight already; retry shortly",
                                [RETRY_AFTER, CLOSE])
-        elif self.open >= self.config.max_connections:
+        elif self.open >= (self.config.max_connections or 0):  # resolved at start: never None here
             return Refused(503, "this worker is serving as many requests as it may; retry shortly",
                            [RETRY_AFTER, CLOSE])
         return None
@@ -134,6 +134,7 @@ class Admission:
         its places are given back and its line written. Its request's frames may have
         returned long before (an adopted stream has none: drivers.py)."""
         exchange, served.exchange = served.exchange, None
+        assert exchange is not None  # set when the stream opened (access_log.stream_opened)
         self.rpc.openings.close(served)
         self.open -= 1
         self.counters.sub("worker_requests_open")

@@ -18,12 +18,12 @@ RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 BODY_KEY = "murgw.body"
 
 
-async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | tuple[()] = ()) -> None:
     """A JSON answer."""
     await respond_bytes(send, status, body, [*JSON_HEAD, *headers])
 
 
-async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = (),
+async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | tuple[()] = (),
                         asgi: str = "") -> None:
     """`asgi` "websocket." answers a WebSocket handshake (ASGI's denial response)."""
     await send({"type": f"{asgi}http.response.start", "status": status,

@@ -78,16 +78,17 @@ class ClientLimits:
         token = rule.name if rule is not None and rule.max_streams else None
         if client is None and token is None:
             return None
+        token_limit = rule.max_streams if rule is not None and token else 0
         try:
             answer = await self.control.call(Op.ACQUIRE, client=client, client_limit=self.max_streams,
-                                             token=token, token_limit=rule.max_streams if token else 0)
+                                             token=token, token_limit=token_limit)
         except ConnectionError:
             raise Refused(503, UNREACHABLE, [RETRY_AFTER], counted=False) from None
         if answer["refused"] == "client_streams":
             raise self._limited("client_streams", f"this client has {self.max_streams} open streams, "
                                                   "as many as it may", 1)
         if answer["refused"] == "token_streams":
-            raise self._limited("token_streams", f"the token has {rule.max_streams} open streams, "
+            raise self._limited("token_streams", f"the token has {token_limit} open streams, "
                                                  "as many as it may", 1)
         return Holding(client, token)
 

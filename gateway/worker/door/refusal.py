@@ -45,12 +45,13 @@ class Refused(Exception):
     label it counts under (None: not counted); `why`, the access log's word for its cause, and
     `token_problem`, why a bearer token was refused."""
 
-    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] = (), *,
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] | tuple[()] = (), *,
                  counted: bool = True, limit: str | None = None, why: str | None = None,
                  token_problem: str | None = None):
         super().__init__(message)
         self.status, self.message, self.headers, self.why = status, message, list(headers), why
         self.token_problem = token_problem
+        self.counter: tuple[str, str] | None
         if limit is not None:
             self.counter = ("requests_limited", limit)
         elif counted and (reason := refusal_reason(status, message)) is not None:

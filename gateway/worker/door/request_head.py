@@ -53,7 +53,7 @@ class RequestHead:
     def count(self, name: bytes) -> int:
         return len(self._found(name))
 
-    def _found(self, name: bytes) -> list[bytes]:
+    def _found(self, name: bytes) -> list[bytes] | tuple[()]:
         if name not in DOOR_HEADERS:
             raise ValueError(f"the door reads no {name!r} header (DOOR_HEADERS)")
         return self._values.get(name, ())

@@ -13,8 +13,8 @@ itself and, each time it is readable, accepts up to ACCEPT_BURST connections, st
 first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
 TCP transport (TCP_NODELAY included) libuv's server would have made, its protocol the front
 (gateway/worker/http/front.py), which serves every HTTP/1.1 request and hands HTTP/2 to the
-protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake (plain_http.py:
-plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
+protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake
+(plain_http.py: plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
 queue, so a stopped worker's share is taken by the others (tests/e2e/test_faults.py).
 
 Balance: every worker idle in epoll is woken for a new connection and the first to run takes
@@ -27,17 +27,18 @@ is still queued then (the sibling is stopped or busy), it accepts it after all.
 from __future__ import annotations
 
 import asyncio
+import asyncio.constants
 import errno
 import socket
+from typing import Callable
 
 import uvloop
 
 from gateway import logs
-from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS
+from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS, RETRY_SECONDS
 from gateway.worker.http.front import Front, FrontSettings
 from gateway.worker.http import plain_http
 
-RETRY_SECONDS = 1.0  # out of file descriptors (or memory): accept again after this; the kernel queues meanwhile
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 log = logs.get("worker")
@@ -49,7 +50,8 @@ class BurstServer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int,
                  busier=None, tls: dict | None = None, front: FrontSettings | None = None):
-        self._loop, self._factory, self._sock = loop, protocol_factory, sock
+        self._loop, self._factory = loop, protocol_factory
+        self._sock: socket.socket | None = sock  # None once closed
         # Each connection starts with the worker's own front (gateway/worker/http/front.py),
         # which hands it to hypercorn's protocol only for HTTP/2
         self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
@@ -88,9 +90,11 @@ class BurstServer:
             self._pause_for(DEFER_SECONDS)  # a less loaded sibling, woken by the same event, takes it
             return
         self._deferred = False
+        sock = self._sock
+        assert sock is not None  # its reader is removed when it closes
         for _ in range(ACCEPT_BURST):
             try:
-                fd, _ = self._sock._accept()
+                fd, _ = sock._accept()  # type: ignore[attr-defined]  # CPython's, not in typeshed
             except (BlockingIOError, InterruptedError):
                 return  # the queue is empty (or another worker took the rest)
             except ConnectionAbortedError:
@@ -147,8 +151,8 @@ class Loop(uvloop.Loop):
     to hand on to, and how the accept queue drains in bursts. `busier`, set there too, is
     handed to the server (balance between workers)."""
 
-    busier = None
-    front = None  # FrontSettings: each connection starts with the front (serving.serve)
+    busier: Callable[[], bool] | None = None
+    front: FrontSettings | None = None  # FrontSettings: each connection starts with the front (serving.serve)
 
     async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
                             ssl=None, ssl_handshake_timeout=None, **kwargs):

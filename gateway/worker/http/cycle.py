@@ -25,7 +25,7 @@ def scope_of(request: Parsed, transport, scheme: str, websocket: bool) -> dict:
     """The ASGI scope hypercorn made of the same request."""
     raw_path, _, query = request.url.partition(b"?")
     peer, own = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
-    scope = {"type": "websocket" if websocket else "http", "http_version": request.version.decode(),
+    scope: dict = {"type": "websocket" if websocket else "http", "http_version": request.version.decode(),
              "asgi": ASGI, "scheme": ("wss" if scheme == "https" else "ws") if websocket else scheme,
              "path": unquote(raw_path.decode("latin-1")), "raw_path": raw_path, "query_string": query,
              "root_path": "", "headers": request.headers,

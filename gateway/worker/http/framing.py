@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from gateway.tuning import MAX_CACHED_HEADS
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
 LAST_CHUNK = b"0\r\n\r\n"
 _heads: dict[tuple, bytes] = {}  # a few distinct heads (the stream's, each refusal's): made once each
-_MAX_HEADS = 64
 BODILESS = (204, 304)  # statuses whose answer has no body: h11 adds no framing
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -49,7 +49,7 @@ def head(status: int, headers, keep_alive: bool = True, http10: bool = False) ->
             lines.append(b"Connection: close\r\n")
         lines.append(b"\r\n")
         found = b"".join(lines)
-        if len(_heads) < _MAX_HEADS:
+        if len(_heads) < MAX_CACHED_HEADS:
             _heads[key] = found
     return found, chunked
 
@@ -85,8 +85,8 @@ def error_answer(status: int, detail: str) -> bytes:
 
 def cork_until_fin(transport: asyncio.Transport) -> None:
     """Hold what is written next in the kernel until the FIN (TCP_CORK: the shutdown that
-    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end. Plain TCP only: a TLS transport cannot write an EOF,
-    and its end is its close_notify."""
+    `write_eof` makes pushes it, the FIN flag on its last segment), for a stream's end. Plain TCP only: a TLS transport
+    cannot write an EOF, and its end is its close_notify."""
     if not transport.can_write_eof():
         return
     try:

@@ -13,23 +13,27 @@ handed to hypercorn at once, through asyncio's protocol interface; nothing else 
 The connection's states, in h11's manner (what the front does with the client's bytes, and
 what moves it on):
 
-| state     | the client's bytes                          | left when                                  |
-|-----------|---------------------------------------------|--------------------------------------------|
-| HEAD      | kept until a head is whole (--header-timeout from the connection's start or the last answer's end: no head, the close) | a head is read: BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's |
-| BODY      | the body's, cut where it ends; reading pauses while the app has a full buffer of it unread | the body is whole: APP; the answer ends first, or the client's EOF (its app hears `http.disconnect`): CLOSED |
-| APP       | the next request's, kept                    | the answer ends: HEAD, or CLOSED (it closes: HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF) |
-| STREAM    | ignored; its EOF or reset ends the stream   | the stream's end (the hub's): CLOSED       |
-| CLOSED    | ignored                                     |                                            |
+- HEAD: the client's bytes are kept until a head is whole (--header-timeout from the
+  connection's start or the last answer's end: no head, the close); left when a head is read:
+  BODY, the app run; refused (400, 431, 501, 505): CLOSED; HTTP/2's preface first: hypercorn's.
+- BODY: the body's bytes, cut where it ends; reading pauses while the app has a full buffer of
+  it unread; left when the body is whole: APP; the answer ends first, or the client's EOF (its
+  app hears `http.disconnect`): CLOSED.
+- APP: the next request's bytes, kept; left when the answer ends: HEAD, or CLOSED (it closes:
+  HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF).
+- STREAM: the client's bytes ignored; its EOF or reset ends the stream; left at the stream's
+  end (the hub's): CLOSED.
+- CLOSED: the client's bytes ignored.
 
 Flow control, as h11 and uvicorn do it: while the transport's write buffer is above its
 high-water mark (the client is not reading its answers), the connection is not read and no
 further request is parsed; nor is it read while it holds more unread request bytes than one
-head may take (pipelined requests wait their turn in the kernel's buffers), so a client that pipelines and never reads holds at most its
-socket buffers and one write buffer, and no answer being computed (SECURITY.md, probes).
+head may take (pipelined requests wait their turn in the kernel's buffers), so a client that pipelines and never reads
+holds at most its socket buffers and one write buffer, and no answer being computed (SECURITY.md, probes).
 
 The body timeout is the app's (dispatch.py: a body not in within --body-timeout is answered
 408), started when the head is read; a body the app does not read keeps the connection only
-until its answer ends (then it closes, as hypercorn did). `Expect: 100-continue` is answered
+until its answer ends (then it closes). `Expect: 100-continue` is answered
 `100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
 door refuses from its head gets its refusal, no invitation, then the close. An app run whose body was whole
 with its head, on `POST /`, runs at once (eager.py); any other in a task.
@@ -42,7 +46,7 @@ from functools import partial
 
 from gateway import logs
 from gateway.config.options import Config
-from gateway.tuning import KEEP_ALIVE_REQUESTS
+from gateway.tuning import BODY_BUFFERED, KEEP_ALIVE_REQUESTS
 from gateway.worker.door import BODY_KEY
 from gateway.worker.door.head import raw_problem
 from gateway.worker.door.refusal import count_refusal
@@ -55,7 +59,6 @@ from gateway.worker.http.transport_sink import TransportSink, close
 H2_PREFACE = b"PRI * HTTP/2.0"
 HEAD, BODY, APP, STREAM, CLOSED = "reading a head", "reading a body", "running the app", "streaming", "closed"
 WRITING, PIPELINED, UNREAD = 1, 2, 4  # why reading is paused: answers unread, a head buffered, a body unread
-BODY_BUFFERED = 64 * 1024  # body bytes read ahead of the app before reading pauses
 APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
 
 log = logs.get("worker")
@@ -96,7 +99,7 @@ class Front(TransportSink):
 
     # --- the connection ---
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # typeshed: BaseTransport
         self.transport = transport
         self.high_water = transport.get_write_buffer_limits()[1]
         ssl_object = transport.get_extra_info("ssl_object")
@@ -232,6 +235,7 @@ class Front(TransportSink):
 
     def _read_body(self) -> None:
         cycle = self.cycle
+        assert cycle is not None  # BODY: a request's cycle is running
         try:
             data = self.body.read(self.buffer)
         except Malformed:

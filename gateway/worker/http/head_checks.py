@@ -56,7 +56,7 @@ class Parsed:
     __slots__ = ("url", "headers", "method", "version", "framing", "authorizations", "hosts", "codings",
                  "length", "closes", "expects", "upgrade", "upgrading")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.method = b""

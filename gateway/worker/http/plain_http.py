@@ -40,7 +40,12 @@ def answer() -> bytes:
 async def _first_byte(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:
     """The connection's first byte, left in the socket for the handshake; b"" when it closed."""
     readable = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: readable.done() or readable.set_result(None))
+
+    def readable_now() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(conn.fileno(), readable_now)
     try:
         await readable
     finally:

@@ -2,16 +2,16 @@
 
 The adapter runs hypercorn's HTTP/2 with some of its attributes replaced (h2_backpressure.py,
 h2_limits.py) and follows other internals it does not replace: the h2 state those
-replacements read, and uvloop's transport for each accepted socket (http/accept.py). Each is a `Row` of `TABLE`: the owner (a class or module,
-by dotted name), the attribute, what replaces it (None where it is only followed) and the
+replacements read, and uvloop's transport for each accepted socket (http/accept.py). Each is a `Row` of `TABLE`: the
+owner (a class or module, by dotted name), the attribute, what replaces it (None where it is only followed) and the
 library it reaches into. `problem` checks rows against the code installed (each attribute
 where it is expected), not against a version number: a release that keeps what a row follows
 keeps its row, one that moved it is named.
 
 Almost every row is a guarantee row (`guarantee` set): part of what the gateway promises on
 the path hypercorn serves, HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream
-over the limit refused alone, no client input raising out of hypercorn). serving.py checks the group before it installs it; where its
-rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. (HTTP/1.1 is
+over the limit refused alone, no client input raising out of hypercorn). serving.py checks the group before it installs
+it; where its rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. (HTTP/1.1 is
 the front's, gateway/worker/http/front.py: no row.) The two rows with no guarantee are
 http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
 implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Awaitable, Callable, Coroutine
+from typing import Awaitable, Callable, Coroutine, cast
 
 import uvloop
 from hypercorn.asyncio import serve as hypercorn_serve
@@ -24,11 +24,10 @@ from gateway import logs
 from gateway.config import tls
 from gateway.config.options import Config
 from gateway.config.found import effective_listen_backlog
+from gateway.tuning import GRACE_SECONDS
 from gateway.worker.asgi_sink import sink_for
 from gateway.worker.http import accept, front
 from gateway.worker.hypercorn import patches
-
-GRACE_SECONDS = 2.0
 
 log = logs.get("worker")
 
@@ -51,11 +50,12 @@ def prepare() -> Callable:
     # every group checked before any is installed: no check reads code a replacement put there
     problems = {kind: patches.problem(rows) for kind, rows in patches.GUARANTEES.items()}
     for kind, rows in patches.GUARANTEES.items():
-        if problems[kind] is None:
+        problem = problems[kind]
+        if problem is None:
             patches.install(rows)
         else:
-            _missing[kind] = problems[kind]
-            log.warning(WITHOUT[kind], reason=problems[kind])
+            _missing[kind] = problem
+            log.warning(WITHOUT[kind], reason=problem)
     return sink_for
 
 
@@ -87,7 +87,7 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
                 busier: Callable[[], bool]) -> None:
     """Serve `app` until `shutdown` returns; `busier` tells the accepting server when this
     worker holds more than its share of streams (http/accept.py)."""
-    loop = asyncio.get_running_loop()
+    loop = cast(accept.Loop, asyncio.get_running_loop())  # the worker's loop (process.py)
     loop.busier = busier
     loop.front = front.FrontSettings(app, config, h2=patches.H2 not in _missing)
     try:
