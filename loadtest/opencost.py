@@ -1,4 +1,4 @@
-"""What opening a stream costs the gateway over TLS, HTTP/2 and with a JWT, against plain HTTP/1.1
+"""What opening a stream costs the gateway over TLS and HTTP/2, against plain HTTP/1.1
 (docs/benchmarks.md, "The figures other pages quote"; docs/sizing.md plans CPU with them).
 
     taskset -c 1 python -m loadtest.opencost [--openings 2000] [--concurrency 50]
@@ -10,9 +10,9 @@ time, each on a connection of its own, up to its response head; the streams stay
 every one has. The server's CPU seconds (the worker, and the whole process tree; /proc) over
 that phase, divided by the openings, is the figure. Variants: plain HTTP/1.1; HTTP/1.1 over TLS
 (a full handshake each, no session resumed); HTTP/2 over TLS (a connection and one stream
-each); and plain HTTP/1.1 with a JWT per opening (its own `sub`, minted before the phase) for
-each of HS256, RS256, ES256 and EdDSA. One JSON line per variant. The certificate is a
-throwaway one (trustme, the test extra).
+each). One JSON line per variant. The certificate is a throwaway one (trustme, the test
+extra). What a bearer token adds (a static token, a JWT kept, a fresh JWT of each algorithm)
+is `loadtest.openings --token-modes`'s (loadtest/opening_tokens.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import ssl
 import sys
 import tempfile
@@ -31,34 +30,15 @@ import types
 import h2.config
 import h2.connection
 import h2.events
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gateway.common import procstat  # noqa: E402
 from loadtest.h2cost import BODY, HEADERS, start_gateway, throwaway_tls  # noqa: E402
 
-JWT_ALGORITHMS = ("HS256", "RS256", "ES256", "EdDSA")
-
-
-def signing_pair(algorithm: str) -> tuple[object, bytes]:
-    """(what mints the tokens, what the gateway's key_file holds)."""
-    if algorithm == "HS256":
-        secret = secrets.token_hex(32).encode()
-        return secret, secret
-    private = {"RS256": lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048),
-               "ES256": lambda: ec.generate_private_key(ec.SECP256R1()),
-               "EdDSA": ed25519.Ed25519PrivateKey.generate}[algorithm]()
-    public = private.public_key().public_bytes(serialization.Encoding.PEM,
-                                               serialization.PublicFormat.SubjectPublicKeyInfo)
-    return private, public
-
-
-async def open_http1(port: int, context: ssl.SSLContext | None, token: str | None) -> asyncio.StreamWriter:
+async def open_http1(port: int, context: ssl.SSLContext | None) -> asyncio.StreamWriter:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
                                                    server_hostname="127.0.0.1" if context else None)
-    head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS) + (f"authorization: Bearer {token}\r\n" if token else "")
+    head = "".join(f"{k}: {v}\r\n" for k, v in HEADERS)
     writer.write(f"POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(BODY)}\r\n{head}\r\n".encode() + BODY)
     status = await reader.readuntil(b"\r\n\r\n")
     if b" 200 " not in status.split(b"\r\n", 1)[0]:
@@ -66,7 +46,7 @@ async def open_http1(port: int, context: ssl.SSLContext | None, token: str | Non
     return writer
 
 
-async def open_h2(port: int, context: ssl.SSLContext, token: str | None) -> asyncio.StreamWriter:
+async def open_h2(port: int, context: ssl.SSLContext) -> asyncio.StreamWriter:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="127.0.0.1")
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
     conn.initiate_connection()
@@ -86,28 +66,29 @@ async def open_h2(port: int, context: ssl.SSLContext, token: str | None) -> asyn
     raise RuntimeError("the connection closed before a response")
 
 
-async def measure(args, variant: str, server_args: list[str], opener, tokens: list, log_path: str) -> dict:
+async def measure(args, variant: str, server_args: list[str], opener, log_path: str) -> dict:
     proc, port, worker = start_gateway(types.SimpleNamespace(rate=0, size=0),
                                        ["--heartbeat-interval", "300", *server_args], log_path)
     gate, writers = asyncio.Semaphore(args.concurrency), []
 
-    async def one(token):
+    async def one():
         async with gate:
-            writers.append(await opener(port, token))
+            writers.append(await opener(port))
     try:
         await asyncio.sleep(args.settle)  # the worker's start-up CPU is not the openings'
         pids = procstat.tree(proc.pid)
         tree0, worker0, t0 = procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
-        await asyncio.gather(*(one(token) for token in tokens))
+        await asyncio.gather(*(one() for _ in range(args.openings)))
         tree1, worker1, t1 = procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
         for writer in writers:
             writer.transport.abort()
     finally:
         proc.terminate()
         proc.wait(15)
-    return {"variant": variant, "openings": len(tokens), "open_s": round(t1 - t0, 2),
-            "worker_us_per_opening": round(1e6 * (worker1 - worker0) / len(tokens), 1),
-            "tree_us_per_opening": round(1e6 * (tree1 - tree0) / len(tokens), 1)}
+    n = args.openings
+    return {"variant": variant, "openings": n, "open_s": round(t1 - t0, 2),
+            "worker_us_per_opening": round(1e6 * (worker1 - worker0) / n, 1),
+            "tree_us_per_opening": round(1e6 * (tree1 - tree0) / n, 1)}
 
 
 async def main() -> None:
@@ -119,25 +100,11 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="murgw-opencost-") as tmp:
         tls_args, client = throwaway_tls(tmp)
         h1_tls, h2_tls = client("http/1.1"), client("h2")
-        none = [None] * args.openings
-        variants = [("http/1.1, plain", [], lambda port, token: open_http1(port, None, token), none),
-                    ("http/1.1, TLS", tls_args, lambda port, token: open_http1(port, h1_tls, token), none),
-                    ("h2, TLS, one stream a connection", tls_args, lambda port, token: open_h2(port, h2_tls, token),
-                     none)]
-        for algorithm in JWT_ALGORITHMS:
-            signer, verifier = signing_pair(algorithm)
-            key_file, config = os.path.join(tmp, f"{algorithm}.key"), os.path.join(tmp, f"{algorithm}.toml")
-            with open(key_file, "wb") as fh:
-                fh.write(verifier)
-            with open(config, "w") as fh:
-                fh.write(f'[network.authentication.jwt]\nkey_file = "{key_file}"\nalgorithms = ["{algorithm}"]\n')
-            expires = int(time.time()) + 3600
-            tokens = [jwt.encode({"sub": f"watcher-{i}", "scope": "murmur.WatchSession", "exp": expires},
-                                 signer, algorithm=algorithm) for i in range(args.openings)]
-            variants.append((f"http/1.1, plain, JWT {algorithm}", ["--config", config],
-                             lambda port, token: open_http1(port, None, token), tokens))
-        for name, server_args, opener, tokens in variants:
-            print(json.dumps(await measure(args, name, server_args, opener, tokens, os.path.join(tmp, "gateway.err"))),
+        variants = [("http/1.1, plain", [], lambda port: open_http1(port, None)),
+                    ("http/1.1, TLS", tls_args, lambda port: open_http1(port, h1_tls)),
+                    ("h2, TLS, one stream a connection", tls_args, lambda port: open_h2(port, h2_tls))]
+        for name, server_args, opener in variants:
+            print(json.dumps(await measure(args, name, server_args, opener, os.path.join(tmp, "gateway.err"))),
                   flush=True)
 
 

@@ -71,13 +71,14 @@ def door(mode: str, folder: Path, openings: int) -> tuple[Path, Path]:
     return config, tokens
 
 
-def _keys(algorithm: str) -> tuple[object, bytes]:
+def _keys(algorithm: str) -> tuple[bytes | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, bytes]:
     """(what signs, the key file's bytes that verify) for `algorithm`."""
     if algorithm == "HS256":
         secret = secrets.token_bytes(32).hex().encode()
         return secret, secret
-    private = ec.generate_private_key(ec.SECP256R1()) if algorithm == "ES256" else \
-        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey = (
+        ec.generate_private_key(ec.SECP256R1()) if algorithm == "ES256"
+        else rsa.generate_private_key(public_exponent=65537, key_size=2048))
     return private, private.public_key().public_bytes(serialization.Encoding.PEM,
                                                       serialization.PublicFormat.SubjectPublicKeyInfo)
 
@@ -92,7 +93,7 @@ def request(host: str, port: int, token: str) -> bytes:
 async def open_all(url: str, tokens: list[str], n: int, concurrency: int, timeout: float, ready: str,
                    duration: float) -> dict:
     parts = urlsplit(url)
-    host, port = parts.hostname, parts.port or 80
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     gate = asyncio.Semaphore(concurrency)
     opened: list[asyncio.StreamWriter] = []
     failed: collections.Counter = collections.Counter()

@@ -163,7 +163,7 @@ class Sequencer:
     def _with_fetched_keys(self, settings: dict) -> dict:
         """`settings` (a reload's, whose JWT table names the `jwks_url` but holds no key) with
         the set fetched from that URL, when there is one."""
-        jwt = settings.get("jwt")
+        jwt = settings.get("jwt") or {}
         text = self.jwks.follow(jwt)
         return {**settings, "jwt": {**jwt, "key": text}} if text and jwt.get("jwks_url") else settings
 

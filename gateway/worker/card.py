@@ -55,9 +55,9 @@ def without_own_tasks(card: dict) -> dict:
     """The card less OWN_TASKS_URI: an upstream (another gateway) may serve it, this gateway in
     upstream mode does not."""
     capabilities = card.get("capabilities")
-    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
-    if not isinstance(extensions, list):
+    if not isinstance(capabilities, dict) or not isinstance(capabilities.get("extensions"), list):
         return card
+    extensions = capabilities["extensions"]
     kept = [e for e in extensions if not (isinstance(e, dict) and e.get("uri") == OWN_TASKS_URI)]
     return {**card, "capabilities": {**capabilities, "extensions": kept}}
 

@@ -37,7 +37,8 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     sink_for = hypercorn.prepare()
     ring = Ring.attach(ring_segment)
     counters = Counters.attach(counters_segment, Role.WORKER, index)
-    counters.set("worker_max_connections", config.max_connections)  # resolved at start; no reload changes it
+    assert config.max_connections is not None  # found at start (config/found.py) before any worker runs
+    counters.set("worker_max_connections", config.max_connections)  # no reload changes it
     control = ControlClient(control_path)
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control,
               lapped_budget=config.max_lapped_replay_bytes)

@@ -139,7 +139,8 @@ def test_another_origin_is_refused_403_before_its_token_is_read(gw):
         head, body = exchange(gw.port, post("GetTask", {"id": "t"}, origin=OTHER, token=token))
         status, fields = headers_of(head)
         assert status == 403 and cors_fields(fields) == {}
-        assert problem_detail(403, fields, body) == "this page's origin is not one the gateway allows (--allowed-origins)"
+        assert problem_detail(403, fields, body) == (
+            "this page's origin is not one the gateway allows (--allowed-origins)")
     assert scrape(gw.metrics_port)['murgw_requests_refused_total{reason="forbidden"}'] == refused + 3
     line = [r for r in gw.logs() if r.get("status") == 403 and r.get("path") == "/"][-1]
     assert line["refusal"] == "origin not allowed"

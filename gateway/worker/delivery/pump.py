@@ -5,9 +5,10 @@ The sequencer wakes the worker (one byte on its wake socket) when events are wri
 pump waits as long as the coalescing policy says (coalesce.py: 0 under light load, longer
 while passes fill the loop, so events written meanwhile travel together), copies each new
 record once into the window (`copy`) and hands the pass (hub.py) the keys of what it copied,
-and their owners' tags (records.owner_tag), `sync`. An opening that finds the ring ahead of the window copies too (`copy`, from
-`Hub.reading_point`), and runs no pass: the copy is owed to the other streams, and the pass
-due next (scheduled then) writes it to them, once a turn, not once an opening.
+and their owners' tags (records.owner_tag), `sync`. An opening that finds the ring ahead of
+the window copies too (`copy`, from `Hub.reading_point`), and runs no pass: the copy is owed to
+the other streams, and the pass due next (scheduled then) writes it to them, once a turn, not
+once an opening.
 
 Wake-up protocol (the armed words, gateway/common/board.py): before sleeping the worker sets its
 armed word and re-reads the head; the sequencer sends one byte only to armed workers. x86-64
