@@ -88,8 +88,8 @@ def test_a_key_that_cannot_verify_every_algorithm_stops_the_start(tmp_path, cont
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES999"]\n',
      f"{WHERE} algorithms: 'ES999' is not an algorithm; it accepts a non-empty array of "),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES256"]\naudiences = "x"\n',
-     "config [network.authentication.jwt] audiences: unknown setting; [network.authentication.jwt] "
-     "takes key_file, algorithms, issuer, audience"),
+     "config [network.authentication.jwt] audiences: unknown setting (did you mean audience?); "
+     "[network.authentication.jwt] takes key_file, algorithms, issuer, audience"),
     ('[network.authentication.jwt]\nkey_file = "NONE"\nalgorithms = ["ES256"]\n',
      f"{WHERE} key_file: NONE: No such file or directory"),
 ])
