@@ -62,7 +62,7 @@ def unknown_settings(data: dict) -> list[str]:
         if key in TABLES or key in options:
             continue
         lines.append(f"config {_spelled(key, value)}: unknown table"
-                     f"{did_you_mean(key, TABLES, lambda t: _spelled(t, value))}; the file's tables are "
+                     f"{did_you_mean(key, TABLES, lambda t, v=value: _spelled(t, v))}; the file's tables are "
                      + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
                      f"config {key}: unknown setting{did_you_mean(key, options)}; the file takes the "
                      "options by their long name (mur-gateway --help)")
@@ -91,7 +91,7 @@ def _unknown_keys(raw: dict, path: str, known: tuple[str, ...]) -> list[str]:
     """The keys of the table at `path` that are not `known`, one line each."""
     return [f"config {what}; [{path}] takes {', '.join(known)}" for what in (
         f"{_spelled(path + '.' + name, value)}: unknown table"
-        f"{did_you_mean(name, known, lambda k: _spelled(path + '.' + k, value))}" if _is_table(value)
+        f"{did_you_mean(name, known, lambda k, v=value: _spelled(path + '.' + k, v))}" if _is_table(value)
         else f"[{path}] {name}: unknown setting{did_you_mean(name, known)}"
         for name, value in raw.items() if name not in known)]
 
