@@ -71,7 +71,7 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
-from loadtest import monitor, wire  # noqa: E402
+from loadtest import bearer, monitor, wire  # noqa: E402
 
 PYTHON = sys.executable
 NCHAN_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
@@ -344,7 +344,7 @@ def drive(args, server, watchers: int, rate: float, label: str, counts: str) -> 
            "--connect-timeout", str(args.connect_timeout),
            "--sample-every", str(max(1, watchers // args.timed_per_event)),
            "--heartbeat-interval", str(args.heartbeat_interval), "--server-pid", str(server.proc.pid),
-           "--label", label]
+           "--label", label, *bearer.argv(args)]
     # In a session of its own: a client that overruns is killed with the processes it forked
     # (the driver's clients would outlive their parent, holding their connections).
     client = subprocess.Popen(pinned(cmd, args.client_cpus), cwd=ROOT, stdout=subprocess.PIPE,
@@ -548,6 +548,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every run's report here (e.g. under loadtest/out/)")
     p.add_argument("--table", help="print the table of a saved --json file (same flags) instead of running")
     monitor.add_options(p)
+    bearer.add_options(p)  # sent by the driver to every system (a door from --gateway-args '--config FILE')
     args = p.parse_args(argv)
     if args.table:
         with open(args.table, "rb") as fh:

@@ -40,13 +40,14 @@ PROBE_SECONDS = 0.5  # long enough for the replay burst; ids keep coming at the 
 EVENT_ID = re.compile(rb"(?m)^id: (\d+)\r?$")
 
 
-def newest_id(url: str, method: str) -> int:
-    """The highest event id one stream sees in PROBE_SECONDS (0 when none came)."""
+def newest_id(url: str, method: str, authorization: bytes = b"") -> int:
+    """The highest event id one stream sees in PROBE_SECONDS (0 when none came); `authorization`
+    the header line through a door (loadtest/bearer.py's `Bearer.header`)."""
     parts = urlsplit(url)
     newest, tail = 0, b""
     deadline = time.monotonic() + PROBE_SECONDS
     with socket.create_connection((parts.hostname, parts.port or 80), timeout=PROBE_SECONDS) as sock:
-        sock.sendall(build_request(url, "murmur", method, 0))
+        sock.sendall(build_request(url, "murmur", method, 0, authorization))
         while (left := deadline - time.monotonic()) > 0:
             sock.settimeout(left)
             try:

@@ -58,7 +58,7 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import monitor  # noqa: E402
+from loadtest import bearer, monitor  # noqa: E402
 
 MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")
 MURMUR_MARKS = re.compile(
@@ -293,15 +293,16 @@ class Watcher(asyncio.Protocol):
             self.transport.abort()
 
 
-def build_request(url: str, dialect: str, method: str, last_event_id: int) -> bytes:
+def build_request(url: str, dialect: str, method: str, last_event_id: int, authorization: bytes = b"") -> bytes:
+    """The stream's request; `authorization` an `Authorization:` header line (loadtest/bearer.py) or b""."""
     parts = urlsplit(url)
     host, path = parts.netloc, parts.path or "/"
     if dialect == "nchan":
         return f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode()
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
     return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"A2A-Version: 1.0\r\nAccept: text/event-stream\r\nLast-Event-ID: {last_event_id}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+            f"A2A-Version: 1.0\r\nAccept: text/event-stream\r\nLast-Event-ID: {last_event_id}\r\n").encode() + (
+            authorization + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
 def failure_reason(exc: BaseException, stage: str) -> str:
@@ -350,11 +351,14 @@ async def client_main(args, share: int, conn, slot: int = 0) -> None:
     watchers: list[Watcher] = []
     gate = asyncio.Semaphore(MAX_HANDSHAKES)
     ramp_deadline = loop.time() + args.connect_timeout
+    first_user = slot * -(-args.watchers // args.procs)  # each watcher a simulated user of its own
+    users = iter(range(first_user, first_user + share))
+    door = bearer.from_args(args)
 
     async def open_one() -> None:
         async with gate:
             resume_from = tally.newest_id if args.dialect == "murmur" else 0
-            request = build_request(args.url, args.dialect, args.method, resume_from)
+            request = build_request(args.url, args.dialect, args.method, resume_from, door.header(next(users)))
             watcher = Watcher(tally, request, args.dialect, resume_from)
             # a cancelled opening is counted by the ramp's deadline below
             failure = await open_watcher(watcher, host, port, ramp_deadline)
@@ -518,6 +522,7 @@ def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Co
     window = args.duration
     report = {
         "label": args.label, "dialect": args.dialect, "watchers": args.watchers, "procs": args.procs,
+        "bearer": bearer.from_args(args).mode,
         "opened": total["opened"], "failed": total["failed"], "failures": failures,
         "closed_early": total["closed_early"], "ramp_s": round(ramp_s, 2), "window_s": window,
         "clients_missing": missing,
@@ -555,7 +560,9 @@ def parse_args(argv=None):
     p.add_argument("--counts", help="publish the live counts to this file (a parent command's progress reads it)")
     p.add_argument("--metrics-port", type=int, help="the gateway's metrics port: its figures join the progress")
     monitor.add_options(p)
+    bearer.add_options(p)
     args = p.parse_args(argv)
+    bearer.from_args(args)  # an unusable token option stops here, before any client starts
     args.procs = max(1, min(args.procs, args.watchers))
     return args
 

@@ -67,7 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import bench, monitor  # noqa: E402
+from loadtest import bearer, bench, monitor  # noqa: E402
 from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
                              quantiles, raise_nofile)
 
@@ -87,9 +87,11 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
     rng = random.Random(seed)
     dialect = args.dialect
     counts = monitor.Counts(args.counts)
+    door = bearer.from_args(args)
+    first_user = slot * (args.watchers // args.procs + 2)  # the probe, then each watcher: a user of its own
 
     # The probe replays the buffer and stays open, so `tally.newest_id` follows the head.
-    probe = Watcher(tally, build_request(args.url, dialect, METHOD, 0), dialect)
+    probe = Watcher(tally, build_request(args.url, dialect, METHOD, 0, door.header(first_user)), dialect)
     failure = await open_watcher(probe, host, port, loop.time() + 30)
     ready_by = loop.time() + args.events_before / max(args.rate, 0.1) + 30
     while failure is None and tally.newest_id < args.events_before and loop.time() < ready_by:
@@ -131,10 +133,11 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
         replaying.append(watcher)
 
     openings = []
-    for _ in range(share):  # every opening starts in this loop iteration: no ramp, no gate
+    for user in range(first_user + 1, first_user + 1 + share):  # every opening starts now: no ramp, no gate
         # nchan: its /replay location hands each subscriber the whole buffer (it cannot resume by number)
         resume_from = max(0, newest - rng.randint(1, args.max_back)) if dialect == "murmur" else 0
-        watcher = Watcher(tally, build_request(args.url, dialect, METHOD, resume_from), dialect, resume_from)
+        request = build_request(args.url, dialect, METHOD, resume_from, door.header(user))
+        watcher = Watcher(tally, request, dialect, resume_from)
         watcher.started_at = watcher.head_at = 0.0
         tried.append(watcher)
         openings.append(loop.create_task(open_one(watcher)))
@@ -553,7 +556,9 @@ def parse_args(argv=None):
                         "prefilled with --events-before messages, each watcher replaying it whole: "
                         "nchan_subscriber_first_message oldest); not with --csse or --url")
     monitor.add_options(p)
+    bearer.add_options(p)
     args = p.parse_args(argv)
+    bearer.from_args(args)  # an unusable token option stops here
     if args.peer and (args.csse or args.url):
         p.error("--peer runs with the storm's own gateway and Python clients (no --csse, no --url)")
     args.dialect = "murmur"
