@@ -71,7 +71,7 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from gateway.protocol import sse  # noqa: E402
-from loadtest import bearer, monitor, wire  # noqa: E402
+from loadtest import bearer, histogram, monitor, wire  # noqa: E402
 
 PYTHON = sys.executable
 NCHAN_MODULE = "/usr/lib/nginx/modules/ngx_nchan_module.so"
@@ -173,20 +173,18 @@ class Gateway(ServerProcess):
         self.cmd += shlex.split(args.gateway_args)  # after ours: argparse keeps the last value
 
     def heartbeat_jitter_p99_ms(self) -> float | None:
-        """p99 of the gateway's own jitter histogram (the bucket bound it falls under)."""
+        """p99 of the gateway's own jitter histogram, estimated as Prometheus does (loadtest/histogram.py)."""
         try:
             text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
         except OSError:
             return None
-        buckets = []
+        buckets = {}
         for line in text.splitlines():
             if line.startswith("murgw_heartbeat_jitter_seconds_bucket"):
                 bound = line.split('le="', 1)[1].split('"', 1)[0]
-                buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
-        if not buckets or buckets[-1][1] == 0:
-            return None
-        total = buckets[-1][1]
-        return next(bound * 1000 for bound, count in buckets if count >= 0.99 * total)
+                buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+        p99 = histogram.quantile(buckets, 0.99)
+        return None if p99 is None else round(p99 * 1000, 3)
 
 
 class Nchan:

@@ -18,7 +18,9 @@ after the `Last-Event-ID` sent, and a hole only where a `lagged` frame (its `mis
 `gap` frame accounts for it. Failed openings are counted by reason (`connect timeout`,
 `head timeout`, `connect refused`, `head reset`, `http 503`, ...). Latency is now minus
 the encode time at the start of each load event's text (`--sim-load` on the gateway, the
-bench's publishers elsewhere); with `--sample-every S` one event in S is timed. Heartbeat
+bench's publishers elsewhere); with `--sample-every S` one event in S is timed. The report
+gives the timed deliveries' p50/p99/max over the window (`latency_ms`) and in each second of it
+(`latency_ms_by_second`, which `--report`'s chart draws), from the same samples. Heartbeat
 intervals are measured from the connection's opening.
 
 The figures cover a measuring window that starts `--warmup` seconds after every connection
@@ -26,11 +28,12 @@ is open and lasts `--duration` seconds; server CPU and RSS come from the process
 `--server-pid`. Every loop is bounded: connections, the ramp (`--connect-timeout`), and the
 window.
 
-While it runs, each client process publishes its tally (opened, failed, deliveries, lost, a
-latency histogram) to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
+While it runs, each client process publishes its tally (opened, failed, deliveries, lost)
+to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
 it is in: the driver shows them as progress on stderr (`--quiet`: none), or, with `--counts
 PATH`, a parent command (bench, soak) reads them and the driver shows nothing. `--report DIR`
-writes the run's page and charts (`loadtest/report.py`).
+writes the run's page and charts (`loadtest/report.py`). Through a door, each watcher sends the
+bearer token loadtest/bearer.py's options give (`--token`, or a JWT of its own with `--jwt-key`).
 
     python -m loadtest.driver --url http://127.0.0.1:52222/ --watchers 1000 --duration 10
 """
@@ -42,6 +45,7 @@ import array
 import asyncio
 import contextlib
 import errno
+import math
 import multiprocessing
 import os
 import re
@@ -82,6 +86,7 @@ class Tally:
         self.deliveries = self.bytes = self.stamped = 0
         self.events_lost = self.lagged_frames = self.unexplained_holes = self.order_violations = 0
         self.latency_us = array.array("q")
+        self.arrived_ms = array.array("q")  # when each timed event arrived (epoch ms), beside its latency
         self.heartbeat_s = array.array("d")
 
     def fail(self, reason: str, count: int = 1) -> None:
@@ -95,7 +100,9 @@ class Tally:
             every = self.sample_every
             start = -self.stamped % every
             self.stamped += len(stamps)
-            self.latency_us.extend([(now_ns - int(s)) // 1000 for s in stamps[start::every]])
+            timed = [(now_ns - int(s)) // 1000 for s in stamps[start::every]]
+            self.latency_us.extend(timed)
+            self.arrived_ms.extend([now_ns // 1_000_000] * len(timed))
 
 
 class HttpStatus(ConnectionError):
@@ -413,7 +420,8 @@ async def client_main(args, share: int, conn, slot: int = 0) -> None:
         "events_lost": tally.events_lost,
         "lagged_frames": tally.lagged_frames, "unexplained_holes": tally.unexplained_holes,
         "order_violations": tally.order_violations, "cpu_s": cpu,
-        "latency_us": tally.latency_us.tobytes(), "heartbeat_s": tally.heartbeat_s.tobytes(),
+        "latency_us": tally.latency_us.tobytes(), "arrived_ms": tally.arrived_ms.tobytes(),
+        "heartbeat_s": tally.heartbeat_s.tobytes(),
     })
 
 
@@ -439,6 +447,19 @@ def quantiles(values, scale: float = 1.0) -> dict:
         return {"count": 0}
     pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale, 3)  # noqa: E731
     return {"count": len(ordered), "p50": pick(0.50), "p99": pick(0.99), "max": round(ordered[-1] * scale, 3)}
+
+
+def latency_by_second(latency_us, arrived_ms, start: float, end: float) -> list[dict]:
+    """The window's timed deliveries by the second of the window they arrived in: each second's
+    `quantiles` (ms), `at` its end (epoch s; one arriving as the window closed counts in its last
+    second). The same samples, the same function, as the window's `latency_ms`: the report
+    draws these, so its chart and its table cannot disagree."""
+    last = max(0, math.ceil(end - start) - 1)
+    seconds: dict[int, list[int]] = {}
+    for us, at in zip(latency_us, arrived_ms):
+        seconds.setdefault(min(last, max(0, int(at / 1000 - start))), []).append(us)
+    return [{"at": round(start + second + 1, 3), **quantiles(values, 0.001)}
+            for second, values in sorted(seconds.items())]
 
 
 def run(args) -> dict:
@@ -515,9 +536,10 @@ def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Co
     for r in results:
         for reason, count in r["failures"].items():
             failures[reason] = failures.get(reason, 0) + count
-    latency, heartbeats = array.array("q"), array.array("d")
+    latency, arrived, heartbeats = array.array("q"), array.array("q"), array.array("d")
     for r in results:
         latency.frombytes(r["latency_us"])
+        arrived.frombytes(r["arrived_ms"])
         heartbeats.frombytes(r["heartbeat_s"])
     window = args.duration
     report = {
@@ -525,10 +547,12 @@ def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Co
         "bearer": bearer.from_args(args).mode,
         "opened": total["opened"], "failed": total["failed"], "failures": failures,
         "closed_early": total["closed_early"], "ramp_s": round(ramp_s, 2), "window_s": window,
+        "window_ends_at": round(end, 3),
         "clients_missing": missing,
         "deliveries": total["deliveries"], "deliveries_per_s": round(total["deliveries"] / window),
         "mib_per_s": round(total["bytes"] / window / 2**20, 2),
         "latency_ms": quantiles(latency, 0.001), "latency_sample_every": args.sample_every,
+        "latency_ms_by_second": latency_by_second(latency, arrived, start, end),
         "heartbeat_interval_s": quantiles(heartbeats),
         "events_lost": total["events_lost"], "lagged_frames": total["lagged_frames"],
         "unexplained_holes": total["unexplained_holes"], "order_violations": total["order_violations"],

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import contextlib
 import mmap
 import os
@@ -38,10 +37,9 @@ from gateway.common import procstat
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")  # every run's results (git-ignored)
 PHASES = ("starting", "connecting", "warmup", "window", "replaying", "holding", "settling", "closing", "done")
-LATENCY_BOUNDS_MS = (0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000, 5000)
 COUNT_FIELDS = ("opened", "failed", "deliveries", "lost", "replayed")
 _HEADER = struct.Struct("<3q")  # phase index, phase end (epoch ms, 0: none), target
-_SLOT = struct.Struct(f"<{len(COUNT_FIELDS) + len(LATENCY_BOUNDS_MS) + 1}q")
+_SLOT = struct.Struct(f"<{len(COUNT_FIELDS)}q")
 
 
 class Counts:
@@ -55,8 +53,6 @@ class Counts:
         with open(path, "r+b") as fh:
             self.map = mmap.mmap(fh.fileno(), 0)
         self.slots = (len(self.map) - _HEADER.size) // _SLOT.size
-        self._seen = 0
-        self._histogram = [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
     def set_phase(self, phase: str, seconds: float | None = None, target: int | None = None) -> None:
         """The phase the client is in, how long it lasts and (unless None: kept) the watchers wanted."""
@@ -66,21 +62,17 @@ class Counts:
         _HEADER.pack_into(self.map, 0, PHASES.index(phase), ends, target)
 
     def publish(self, slot: int, tally, replayed: int = 0) -> None:
-        """One client process's tally (loadtest/driver.py's Tally) into its slot; the
-        latencies it timed since the last call go into the slot's histogram."""
-        for us in tally.latency_us[self._seen:]:
-            self._histogram[bisect.bisect_left(LATENCY_BOUNDS_MS, us / 1000)] += 1
-        self._seen = len(tally.latency_us)
+        """One client process's tally (loadtest/driver.py's Tally) into its slot. Latency is
+        not published: the driver's report carries it by the second, from its own samples."""
         _SLOT.pack_into(self.map, _HEADER.size + slot * _SLOT.size, tally.opened, tally.failed,
-                        tally.deliveries, tally.events_lost, replayed, *self._histogram)
+                        tally.deliveries, tally.events_lost, replayed)
 
     def read(self) -> dict:
         phase, ends, target = _HEADER.unpack_from(self.map, 0)
-        total = [0] * (len(COUNT_FIELDS) + len(LATENCY_BOUNDS_MS) + 1)
+        total = [0] * len(COUNT_FIELDS)
         for slot in range(self.slots):
             total = [a + b for a, b in zip(total, _SLOT.unpack_from(self.map, _HEADER.size + slot * _SLOT.size))]
         counts = dict(zip(COUNT_FIELDS, total))
-        counts["latency_histogram"] = total[len(COUNT_FIELDS):]
         counts.update(phase=PHASES[phase], phase_ends=ends / 1000 if ends else None, target=target)
         return counts
 
@@ -159,6 +151,7 @@ class Monitor:
         self.command, self.quiet, self.every, self.plain_every = command, quiet, every, plain_every
         self.stream = stream or sys.stderr
         self.started = time.monotonic()
+        self.epoch = time.time()  # the same instant on the wall clock: a sample's t is seconds from here
         self.samples: list[dict] = []
         self.followed: list[Followed] = []
         self._phase, self._phase_ends, self._target = "starting", None, 0
@@ -232,7 +225,7 @@ class Monitor:
         sample = {"t": round(now - self.started, 3), "series": each.label, "system": each.system, "phase": self._phase}
         counts = each.counts.read() if each.counts is not None else None
         if counts is not None:
-            sample.update({key: counts[key] for key in COUNT_FIELDS}, latency_histogram=counts["latency_histogram"])
+            sample.update({key: counts[key] for key in COUNT_FIELDS})
             if counts["phase"] != "starting":
                 sample["phase"] = counts["phase"]
             sample["open"] = counts["opened"]
@@ -348,7 +341,8 @@ def finish(monitor: Monitor, args, module: str, argv: list[str] | None, started:
     if figures is None:
         figures = side_by_side({"value": result})
     path = report.write(directory, {"command": module, "command_line": report.command_line(module, argv),
-                                    "started": started, "storm": storm, "figures": figures, "result": result,
+                                    "started": started, "epoch": monitor.epoch, "storm": storm,
+                                    "figures": figures, "result": result,
                                     "samples": monitor.samples})
     print(f"report: {path}", file=sys.stderr, flush=True)
 

@@ -181,6 +181,7 @@ def cycles(args, port: int, supervisor: int, counts: str, started: float, watchi
                      "unexplained_holes": report.get("unexplained_holes"),
                      "order_violations": report.get("order_violations"),
                      "latency_p99_ms": report.get("latency_ms", {}).get("p99"),
+                     "latency_ms": report.get("latency_ms"), "latency_ms_by_second": report.get("latency_ms_by_second"),
                      **({"error": report["error"]} if "error" in report else {})})
         if not args.quiet:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
