@@ -35,11 +35,8 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib.metadata
 import os
-import platform
 import shlex
-import subprocess
 import sys
 
 import matplotlib
@@ -48,9 +45,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import orjson  # noqa: E402
 
-from loadtest import histogram, outcome  # noqa: E402
+from loadtest import histogram, machine, outcome  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "murmur-loadtest", "figure.figsize": (9, 3.6),
                      "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 7})
 
@@ -260,38 +256,6 @@ def fmt(value) -> str:
     return str(value)
 
 
-def machine() -> dict:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": model, "kernel": platform.release(),
-            "python": platform.python_version(), "host": platform.node()}
-
-
-def _run_text(cmd: list[str]) -> str | None:
-    try:
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return ((out.stdout + out.stderr).strip() or None) if out.returncode == 0 else None
-
-
-def versions() -> dict:
-    found = {"gateway commit": _run_text(["git", "describe", "--always", "--dirty"])}
-    for package in ("murmur-gateway", "uvloop", "hypercorn", "matplotlib", "rich"):
-        try:
-            found[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            found[package] = None
-    nginx = _run_text(["nginx", "-v"])
-    found["nginx"] = nginx.split("/", 1)[-1] if nginx else None
-    found["libnginx-mod-nchan"] = _run_text(["dpkg-query", "-W", "-f", "${Version}", "libnginx-mod-nchan"])
-    return found
-
-
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -366,7 +330,7 @@ def svg_bytes(fig) -> bytes:
 def write(directory: str, run: dict) -> str:
     """run.json, the charts and index.html into `directory`; the page's path."""
     os.makedirs(directory, exist_ok=True)
-    run = {"machine": machine(), "versions": versions(), **run}
+    run = {"machine": machine.machine(), "versions": machine.versions(), **run}
     with open(os.path.join(directory, "run.json"), "wb") as fh:
         fh.write(orjson.dumps(run, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
     svgs = {name: svg_bytes(fig) for name, fig in charts(run).items()}
