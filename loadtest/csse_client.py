@@ -34,7 +34,8 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest.driver import build_request, parse_args  # noqa: E402
+from loadtest.driver import parse_args  # noqa: E402
+from loadtest.watcher import build_request  # noqa: E402
 
 PROBE_SECONDS = 0.5  # long enough for the replay burst; ids keep coming at the load's rate
 EVENT_ID = re.compile(rb"(?m)^id: (\d+)\r?$")

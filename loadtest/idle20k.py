@@ -44,7 +44,7 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import monitor  # noqa: E402
-from loadtest.driver import Tally, Watcher, build_request, open_watcher  # noqa: E402
+from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
 METHOD = "murmur.WatchSession"
 IN_FLIGHT = 512  # openings at once

@@ -62,7 +62,7 @@ class Counts:
         _HEADER.pack_into(self.map, 0, PHASES.index(phase), ends, target)
 
     def publish(self, slot: int, tally, replayed: int = 0) -> None:
-        """One client process's tally (loadtest/driver.py's Tally) into its slot. Latency is
+        """One client process's tally (loadtest/watcher.py's Tally) into its slot. Latency is
         not published: the driver's report carries it by the second, from its own samples."""
         _SLOT.pack_into(self.map, _HEADER.size + slot * _SLOT.size, tally.opened, tally.failed,
                         tally.deliveries, tally.events_lost, replayed)

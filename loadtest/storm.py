@@ -5,7 +5,7 @@ names one, lets `--events-before` events accumulate in the 512-event replay buff
 every client process (`--procs`) opens its share of `--watchers` connections at the same
 instant, with no ramp and no cap on handshakes in flight. Each connection sends its own
 `Last-Event-ID`, drawn between 1 and `--max-back` events behind the newest id (so inside the
-buffer), and the driver's checks (`loadtest/driver.py`'s `Watcher`) hold it to an exact
+buffer), and the driver's checks (`loadtest/watcher.py`'s `Watcher`) hold it to an exact
 replay: its first id must be Last-Event-ID + 1, ids strictly ascending, and a hole only where
 a `lagged` or `gap` frame explains it. After every connection is live the storm is held
 `--hold` seconds, so the replay is also seen to join the live stream without a hole.
@@ -68,8 +68,8 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import bearer, bench, monitor  # noqa: E402
-from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
-                             quantiles, raise_nofile)
+from loadtest.driver import _own_cpu, quantiles, raise_nofile  # noqa: E402
+from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
 NSTAT_COUNTERS = ("TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtSyncookiesSent",
                   "TcpExtSyncookiesRecv", "TcpExtSyncookiesFailed", "TcpExtTCPReqQFullDoCookies",
