@@ -50,7 +50,8 @@ from gateway.common import procstat  # noqa: E402
 from loadtest import bench, monitor  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
-from loadtest.storm import StormGateway, histogram_over, scrape  # noqa: E402
+from loadtest.storm import StormGateway  # noqa: E402
+from loadtest.storm_replay import histogram_over, scrape  # noqa: E402
 
 METHOD = "murmur.WatchSession"
 
