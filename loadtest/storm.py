@@ -63,7 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import bearer, bench, monitor  # noqa: E402
+from loadtest import bearer, monitor, servers  # noqa: E402
 from loadtest.driver import _own_cpu, quantiles, raise_nofile  # noqa: E402
 from loadtest.listen_queue import QueueSampler, connections_by_process, nstat, sysctls  # noqa: E402
 from loadtest.storm_replay import csse_nchan_storm, csse_storm  # noqa: E402
@@ -274,14 +274,14 @@ def storm(args, server_pid: int = 0) -> dict:
     }
 
 
-class StormGateway(bench.ServerProcess):
+class StormGateway(servers.ServerProcess):
     """The gateway under test, started like the bench's, with the storm's options."""
 
     def __init__(self, args):
         self.args = args
-        self.port, self.metrics_port = bench.free_port(), bench.free_port()
+        self.port, self.metrics_port = servers.free_port(), servers.free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.cmd = [bench.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
+        self.cmd = [servers.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
                     "--workers", str(args.workers), "--metrics-bind", f"127.0.0.1:{self.metrics_port}",
                     "--log-level", "warning",
                     "--heartbeat-interval", str(args.heartbeat_interval),
@@ -342,7 +342,7 @@ def parse_args(argv=None):
 def nchan_storm(args, watching: monitor.Monitor, counts: str) -> dict:
     """The same storm against nginx+nchan: its buffer prefilled, every watcher replaying it."""
     peer = argparse.Namespace(**{**vars(args), "dialect": "nchan", "counts": counts})
-    with bench.Nchan(args, args.rate, args.workers, prefill=args.events_before) as server, \
+    with servers.Nchan(args, args.rate, args.workers, prefill=args.events_before) as server, \
             watching.following("nchan storm", pid=server.proc.pid, nchan_port=server.port, counts=counts):
         peer.url = f"http://127.0.0.1:{server.port}/replay"
         return {"server": "nchan", **storm(peer, server.proc.pid)}

@@ -13,7 +13,7 @@ import urllib.request
 
 import orjson
 
-from loadtest import bench
+from loadtest import servers
 
 HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
 # Counters summed over their labels: writes per event is sends / events delivered.
@@ -87,7 +87,7 @@ def profile(args, supervisor_pid: int) -> subprocess.Popen | None:
     pids = workers_of(supervisor_pid)
     if not pids:
         return None
-    spy = os.path.join(os.path.dirname(bench.PYTHON), "py-spy")
+    spy = os.path.join(os.path.dirname(servers.PYTHON), "py-spy")
     return subprocess.Popen([spy, "record", "-p", str(pids[0]), "-r", "100", "-d", str(args.profile_seconds),
                              "-f", "raw", "-o", args.profile, "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -100,7 +100,7 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
     replay_from = [] if args.last_event_id == "none" else ["--last-event-id", args.last_event_id]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", *replay_from,
+        cmd = servers.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", *replay_from,
                             "--connect-concurrency", str(args.connect_concurrency),
                             "--track-ids", "--track-from-open", "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
@@ -145,9 +145,9 @@ def csse_nchan_storm(args) -> dict:
     messages of --size bytes, while --rate more are published a second. How long its ramp
     takes, and what each subscriber got (nchan's messages carry no murmur id: counts, not id
     checks)."""
-    with bench.Nchan(args, args.rate, args.workers, prefill=512) as nchan, tempfile.TemporaryDirectory() as tmp:
+    with servers.Nchan(args, args.rate, args.workers, prefill=512) as nchan, tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
+        cmd = servers.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
                             "--connect-concurrency", str(args.connect_concurrency), "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
                             "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),

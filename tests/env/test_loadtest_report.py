@@ -33,11 +33,11 @@ import orjson
 import pytest
 
 from helpers.gateway_harness import CSSE_BUILD, ROOT, GatewayOptions, require_tool
-from loadtest import bench
+from loadtest import bench, servers
 
 RUN_TIMEOUT = 240
 GROUP_GRACE = 5.0  # how long a command's process group has to leave after SIGTERM
-HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(bench.NCHAN_MODULE)
+HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(servers.NCHAN_MODULE)
 PAGE_CHARTS = {"ramp", "cpu", "rss"}  # drawn for every command; the others where the run has their data
 
 
