@@ -1,7 +1,8 @@
 """The bearer token a simulated user sends: none, one static token, or a JWT minted for each user.
 
-Every command of the kit that opens streams (driver, storm, idle20k, soak and bench through the
-driver, locust's users) takes the same options, added by `add_options`:
+The commands of the kit that open streams on a gateway that may have a door (driver, storm,
+soak and bench through the driver, locust's users) take the same options, added by
+`add_options`; idle20k and crowd start a public gateway of their own:
 
 - `--token TOKEN` or `--token-file FILE` (its first line; `$MUR_TOKEN` when neither is given,
   as `mur watch` reads it): one static token every user sends;

@@ -6,7 +6,8 @@ minting a JWT per user (loadtest/bearer.py). Each run must open its streams thro
 401), and its `SSE` rows (the live latency) must hold only events written after their stream
 opened: the replay of the buffer the first stream of each user reads is fired apart (`SSE
 replay`). The kit's driver takes the same token options (a JWT per watcher), and without a
-token every opening is a 401, in locust and in the driver.
+token every opening is a 401, in locust and in the driver; a soak loads the gateway it did not
+start (`--url`) through the door and leaves it running.
 
 The one timing bound is the issue's own: live latency under one second on a healthy gateway.
 The `text` row's largest response time (every live event, not a percentile) is held to it; on an
@@ -107,3 +108,18 @@ def test_the_driver_sends_the_same_token_options(gateway, secret_file, token):
         assert report["bearer"] == ("static" if token[0] == "--token" else "jwt")
     else:
         assert (report["opened"], report["failures"]) == (0, {"http 401": 6})
+
+
+def test_soak_loads_a_gateway_it_did_not_start_through_the_door(gateway):
+    """`--url` with `--server-pid`: the soak's cycles open their watchers with the token, and
+    the gateway, not the soak's to stop, still serves after it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.soak", "--url", f"http://127.0.0.1:{gateway.port}/",
+         "--server-pid", str(gateway.pid), "--minutes", "0.05", "--cycle", "4", "--warmup", "0.3",
+         "--watchers", "5", "--token", STATIC, "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = orjson.loads(out.stdout.strip().splitlines()[-1])
+    assert result["cycles"] >= 1 and result["failed_connections"] == 0
+    assert all(row["opened"] == 5 for row in result["cycles_detail"])
+    assert result["shm_left_after_stop"] is None and gateway.proc.poll() is None
