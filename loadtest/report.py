@@ -38,6 +38,7 @@ import html
 import os
 import shlex
 import sys
+from typing import Any
 
 import matplotlib
 
@@ -66,7 +67,7 @@ def origin(samples: list[dict], label: str) -> float:
     return next((s["t"] for s in mine if s["phase"] != "starting"), mine[0]["t"] if mine else 0.0)
 
 
-def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[float]]:
+def of(samples: list[dict], label: str, key: str) -> tuple[list[float], list[Any]]:
     """(seconds since the clients began, value) for each sample of `label` that has `key`."""
     zero = origin(samples, label)
     rows = [s for s in samples if s["series"] == label and s.get(key) is not None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.config.options import OPTIONS, ConfigError
@@ -28,11 +28,11 @@ TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides
 TYPO_LIKENESS = 0.8
 
 
-def did_you_mean(name: str, known: Iterable[str], spell: Callable[[str], str] = str) -> str:
-    """' (did you mean X?)' with the known name most like `name` (`spell` writes it as the
-    file would), or '' when none is alike enough."""
+def did_you_mean(name: str, known: Iterable[str], form: str = "{}") -> str:
+    """' (did you mean X?)' with the known name most like `name`, written in `form` as the file
+    would write it (`[network.{}]`), or '' when none is alike enough."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=TYPO_LIKENESS)
-    return f" (did you mean {spell(close[0])}?)" if close else ""
+    return f" (did you mean {form.format(close[0])}?)" if close else ""
 
 
 def read_file(path: str) -> dict:
@@ -62,7 +62,7 @@ def unknown_settings(data: dict) -> list[str]:
         if key in TABLES or key in options:
             continue
         lines.append(f"config {_spelled(key, value)}: unknown table"
-                     f"{did_you_mean(key, TABLES, lambda t, v=value: _spelled(t, v))}; the file's tables are "
+                     f"{did_you_mean(key, TABLES, _spelled('{}', value))}; the file's tables are "
                      + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
                      f"config {key}: unknown setting{did_you_mean(key, options)}; the file takes the "
                      "options by their long name (mur-gateway --help)")
@@ -91,7 +91,7 @@ def _unknown_keys(raw: dict, path: str, known: tuple[str, ...]) -> list[str]:
     """The keys of the table at `path` that are not `known`, one line each."""
     return [f"config {what}; [{path}] takes {', '.join(known)}" for what in (
         f"{_spelled(path + '.' + name, value)}: unknown table"
-        f"{did_you_mean(name, known, lambda k, v=value: _spelled(path + '.' + k, v))}" if _is_table(value)
+        f"{did_you_mean(name, known, _spelled(path + '.{}', value))}" if _is_table(value)
         else f"[{path}] {name}: unknown setting{did_you_mean(name, known)}"
         for name, value in raw.items() if name not in known)]
 

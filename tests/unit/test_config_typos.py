@@ -65,5 +65,5 @@ def test_a_name_like_nothing_known_gets_no_suggestion(tmp_path, text):
 
 
 def test_the_suggestion_is_written_as_the_file_writes_it():
-    assert did_you_mean("tokns", ("tokens", "jwt"), lambda name: f"[[{name}]]") == " (did you mean [[tokens]]?)"
+    assert did_you_mean("tokns", ("tokens", "jwt"), "[[{}]]") == " (did you mean [[tokens]]?)"
     assert did_you_mean("zzz", ("tokens", "jwt")) == ""
