@@ -62,9 +62,15 @@ def _found(column: dict, names: tuple[str, ...]) -> str | None:
     return None
 
 
-def summary(figures: dict) -> list[tuple[str, list[tuple[object, str]]]]:
-    """[(row, [(value, source) per column])]: the rows some column has a value for."""
-    table = columns(figures)
+def _ran(column: dict) -> bool:
+    """Whether the column has any figure (bench's table keeps a column for a system not run)."""
+    return any(value is not None and str(value).strip("–/ ") for value in column.values())
+
+
+def summary(figures: dict) -> tuple[list[str], list[tuple[str, list[tuple[object, str]]]]]:
+    """(the columns of servers that ran, [(row, [(value, source) per column])]): the rows some
+    column has a value for."""
+    table = {name: column for name, column in columns(figures).items() if _ran(column)}
     out = []
     for row, names in ROWS:
         cells = []
@@ -80,7 +86,7 @@ def summary(figures: dict) -> list[tuple[str, list[tuple[object, str]]]]:
                 cells.append((None, ""))
         if any(value is not None for value, _ in cells):
             out.append((row, cells))
-    return out
+    return list(table), out
 
 
 def runs(result, fallback: str) -> list[dict]:

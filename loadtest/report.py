@@ -234,9 +234,10 @@ def table_memory(ax, run: dict, colour) -> None:
     figures = run.get("figures")
     if not figures:
         return
-    row = dict(outcome.summary(figures)).get("memory per watcher KiB")
+    names, rows = outcome.summary(figures)
+    row = dict(rows).get("memory per watcher KiB")
     systems = {s["system"]: s["series"] for s in run["samples"]}
-    for column, (value, source) in zip(figures["columns"], row or []):
+    for column, (value, source) in zip(names, row or []):
         if isinstance(value, (int, float)):
             series = systems.get(column, next(iter(systems.values()), column))
             ax.axhline(value, linestyle=":", color=colour(series), linewidth=1.2,
@@ -269,7 +270,7 @@ td small {{ color: #777; }} summary {{ cursor: pointer; font-weight: bold; margi
 <h1>{title}</h1>
 <p>Started {started}. Every chart is also a file beside this page; run.json holds every sample.</p>
 <h2>Outcome</h2>
-<table id="summary"><thead><tr><th></th>{heads}</tr></thead><tbody>
+<table id="summary"><thead><tr><th></th>{summary_heads}</tr></thead><tbody>
 {summary}
 </tbody></table>
 <p>Each figure is one of the table's below (its name under it), or computed from them as written.</p>
@@ -303,8 +304,9 @@ def page(run: dict, svgs: dict[str, bytes]) -> str:
     figures = run["figures"]
     rows = "\n".join(f"<tr><th>{html.escape(str(row[0]))}</th>{''.join(_cell(v) for v in row[1:])}</tr>"
                      for row in figures["rows"])
+    names, outcome_rows = outcome.summary(figures)
     summary = "\n".join(f"<tr><th>{html.escape(row)}</th>{''.join(_cell(v, source) for v, source in cells)}</tr>"
-                        for row, cells in outcome.summary(figures))
+                        for row, cells in outcome_rows)
     charts_html = "\n".join(
         f'<figure id="chart-{name}"><img class="chart" alt="{name}" '
         f'src="data:image/svg+xml;base64,{base64.b64encode(svg).decode()}">'
@@ -316,6 +318,7 @@ def page(run: dict, svgs: dict[str, bytes]) -> str:
     return PAGE.format(title=html.escape(f"{run['command']}: load run"), started=html.escape(run["started"]),
                        command=html.escape(run["command_line"]),
                        heads="".join(f"<th>{html.escape(c)}</th>" for c in figures["columns"]),
+                       summary_heads="".join(f"<th>{html.escape(c)}</th>" for c in names),
                        summary=summary, rows=rows, charts=charts_html or "<p>No samples were taken.</p>",
                        machine=machine_html)
 
