@@ -57,6 +57,7 @@ SIM_STAMP = re.compile(r"^(\d{16,20}) ")
 MAX_EVENTS_PER_STREAM = 100_000  # every read loop is bounded; a stream ends or the run stops it
 _message_ids = itertools.count(1)
 _users = itertools.count(1)  # each simulated user's number (its JWT's sub)
+_door = bearer.Bearer()  # what every user sends: set from the options once locust has parsed them
 
 
 @events.init_command_line_parser.add_listener
@@ -64,6 +65,14 @@ def _options(parser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=15.0, include_in_web_ui=False,
                         help="the gateway's heartbeat interval, to report heartbeat jitter")
     bearer.add_options(parser)
+
+
+@events.init.add_listener
+def _read_door(environment, **_) -> None:
+    """The token options, read once (a key file, a PEM key parsed) for every user."""
+    global _door
+    if environment.parsed_options is not None:
+        _door = bearer.from_args(environment.parsed_options)
 
 
 def event_kind(result: dict) -> tuple[str, float | None]:
@@ -89,8 +98,6 @@ class SSEUser(FastHttpUser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.number = next(_users)
-        options = self.environment.parsed_options
-        self.door = bearer.from_args(options) if options is not None else bearer.Bearer()
         self.last_id: bytes | None = None  # the last event id this user read
         self.opened_at = 0.0  # when the current stream was asked for (epoch seconds)
 
@@ -99,7 +106,7 @@ class SSEUser(FastHttpUser):
                                              response_length=length, exception=exception, context={})
 
     def post_headers(self) -> dict:
-        token = self.door.token_for(self.number)
+        token = _door.token_for(self.number)
         return {"Content-Type": "application/json", "A2A-Version": "1.0",
                 **({"Authorization": f"Bearer {token}"} if token else {})}
 
