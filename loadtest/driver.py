@@ -61,6 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import bearer, monitor  # noqa: E402
+from loadtest.counts import Counts, keep_published  # noqa: E402
 from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
 MAX_HANDSHAKES = 512  # connections being opened at once, per client process
@@ -73,8 +74,8 @@ async def client_main(args, share: int, conn, slot: int = 0) -> None:
     parts = urlsplit(args.url)
     host, port = parts.hostname, parts.port or 80
     tally = Tally(args.sample_every)
-    counts = monitor.Counts(args.counts)
-    publishing = loop.create_task(monitor.keep_published(counts, slot, tally))
+    counts = Counts(args.counts)
+    publishing = loop.create_task(keep_published(counts, slot, tally))
     watchers: list[Watcher] = []
     gate = asyncio.Semaphore(MAX_HANDSHAKES)
     ramp_deadline = loop.time() + args.connect_timeout
@@ -192,7 +193,7 @@ def run(args) -> dict:
     with contextlib.ExitStack() as stack:
         if not args.counts:
             args.counts = stack.enter_context(tempfile.TemporaryDirectory(prefix="driver-")) + "/counts"
-        counts = monitor.Counts(args.counts, slots=len(shares))
+        counts = Counts(args.counts, slots=len(shares))
         counts.set_phase("connecting", args.connect_timeout, args.watchers)
         try:
             return _run_clients(args, ctx, shares, counts, server, rss_before)
@@ -201,7 +202,7 @@ def run(args) -> dict:
             counts.close()
 
 
-def _run_clients(args, ctx, shares: list[int], counts: monitor.Counts, server: list[int], rss_before: int) -> dict:
+def _run_clients(args, ctx, shares: list[int], counts: Counts, server: list[int], rss_before: int) -> dict:
     pipes, procs = [], []
     for slot, share in enumerate(shares):
         parent_end, child_end = ctx.Pipe()
@@ -224,7 +225,7 @@ def _receive(pipe, timeout: float):
     return pipe.recv()
 
 
-def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Counts) -> dict:
+def _measure(args, pipes, server: list[int], rss_before: int, counts: Counts) -> dict:
     ramp_started = time.monotonic()
     for pipe in pipes:
         _receive(pipe, args.connect_timeout + 30)

@@ -7,7 +7,7 @@ the target, events a second, failures so far, and the time left in the phase. No
 estimated; each figure is read from
 
 - the client's own counts: the driver's (and the storm's) client processes publish their
-  tallies into a small shared file (`Counts`, one slot per process, with the phase the
+  tallies into a small shared file (loadtest/counts.py, one slot per process, with the phase the
   client is in), which a parent command reads even when the driver is its subprocess;
 - the gateway's `/metrics` (`murgw_connections_open`, `murgw_events_delivered_total`,
   `murgw_events_lost_to_lag_total`, the heartbeat jitter histogram), which is also what a
@@ -23,70 +23,17 @@ otherwise (CI, a pipe), and not at all with `--quiet`. The samples are kept for 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import mmap
 import os
-import struct
 import sys
 import threading
 import time
 import urllib.request
 
 from gateway.common import procstat
+from loadtest.counts import COUNT_FIELDS, Counts, ready
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")  # every run's results (git-ignored)
-PHASES = ("starting", "connecting", "warmup", "window", "replaying", "holding", "settling", "closing", "done")
-COUNT_FIELDS = ("opened", "failed", "deliveries", "lost", "replayed")
-_HEADER = struct.Struct("<3q")  # phase index, phase end (epoch ms, 0: none), target
-_SLOT = struct.Struct(f"<{len(COUNT_FIELDS)}q")
-
-
-class Counts:
-    """Client counters shared through a file: each client process writes its own slot, a
-    parent (the same command or the one that started it) sums them."""
-
-    def __init__(self, path: str, slots: int = 0):
-        if slots:
-            with open(path, "wb") as fh:
-                fh.write(bytes(_HEADER.size + slots * _SLOT.size))
-        with open(path, "r+b") as fh:
-            self.map = mmap.mmap(fh.fileno(), 0)
-        self.slots = (len(self.map) - _HEADER.size) // _SLOT.size
-
-    def set_phase(self, phase: str, seconds: float | None = None, target: int | None = None) -> None:
-        """The phase the client is in, how long it lasts and (unless None: kept) the watchers wanted."""
-        ends = int((time.time() + seconds) * 1000) if seconds else 0
-        if target is None:
-            target = _HEADER.unpack_from(self.map, 0)[2]
-        _HEADER.pack_into(self.map, 0, PHASES.index(phase), ends, target)
-
-    def publish(self, slot: int, tally, replayed: int = 0) -> None:
-        """One client process's tally (loadtest/watcher.py's Tally) into its slot. Latency is
-        not published: the driver's report carries it by the second, from its own samples."""
-        _SLOT.pack_into(self.map, _HEADER.size + slot * _SLOT.size, tally.opened, tally.failed,
-                        tally.deliveries, tally.events_lost, replayed)
-
-    def read(self) -> dict:
-        phase, ends, target = _HEADER.unpack_from(self.map, 0)
-        total = [0] * len(COUNT_FIELDS)
-        for slot in range(self.slots):
-            total = [a + b for a, b in zip(total, _SLOT.unpack_from(self.map, _HEADER.size + slot * _SLOT.size))]
-        counts = dict(zip(COUNT_FIELDS, total))
-        counts.update(phase=PHASES[phase], phase_ends=ends / 1000 if ends else None, target=target)
-        return counts
-
-    def close(self) -> None:
-        self.map.close()
-
-
-async def keep_published(counts: Counts | None, slot: int, tally, replayed=lambda: 0, every: float = 0.25) -> None:
-    """A client process's task: its tally into its slot every `every` seconds (cancel to stop)."""
-    while counts is not None:
-        counts.publish(slot, tally, replayed())
-        await asyncio.sleep(every)
-
-
 def scrape_metrics(port: int) -> dict:
     """The gateway's series this view and the report use: summed over their labels, the
     heartbeat jitter histogram by bound (cumulative)."""
@@ -127,11 +74,7 @@ class Followed:
     @property
     def counts(self) -> Counts | None:
         if isinstance(self._counts, str):
-            try:
-                ready = os.path.getsize(self._counts) > _HEADER.size
-            except OSError:
-                ready = False
-            if not ready:
+            if not ready(self._counts):
                 return None
             self._counts = Counts(self._counts)
         return self._counts

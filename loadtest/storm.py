@@ -64,6 +64,7 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import bearer, monitor, servers  # noqa: E402
+from loadtest.counts import Counts, keep_published  # noqa: E402
 from loadtest.driver import _own_cpu, quantiles, raise_nofile  # noqa: E402
 from loadtest.listen_queue import QueueSampler, connections_by_process, nstat, sysctls  # noqa: E402
 from loadtest.storm_replay import csse_nchan_storm, csse_storm  # noqa: E402
@@ -81,7 +82,7 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
     tally = Tally(0)  # counts deliveries from the storm's start, times none: a replayed event's age is no latency
     rng = random.Random(seed)
     dialect = args.dialect
-    counts = monitor.Counts(args.counts)
+    counts = Counts(args.counts)
     door = bearer.from_args(args)
     first_user = slot * (args.watchers // args.procs + 2)  # the probe, then each watcher: a user of its own
 
@@ -114,7 +115,7 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
         return done[0]
 
     tally.measuring = True
-    publishing = loop.create_task(monitor.keep_published(counts, slot, tally, replayed))
+    publishing = loop.create_task(keep_published(counts, slot, tally, replayed))
 
     async def open_one(watcher: Watcher) -> None:
         watcher.started_at = time.monotonic()
@@ -186,7 +187,7 @@ def storm(args, server_pid: int = 0) -> dict:
     raise_nofile(args.watchers // args.procs + 512)
     ctx = multiprocessing.get_context("fork")
     shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
-    counts = monitor.Counts(args.counts, slots=len(shares))
+    counts = Counts(args.counts, slots=len(shares))
     counts.set_phase("starting", target=args.watchers)
     pipes, procs = [], []
     for index, share in enumerate(shares):
