@@ -19,7 +19,7 @@ waits `--settle` seconds, then reads for `--window` seconds: the steady window. 
   order) and their delivery latency p50/p99/max, from the `--sim-load` frames' ns timestamps,
   over every connection (`--lat-conns 0`).
 
-`--server nchan` runs the same against nginx + nchan (bench.py's, `--workers` nginx workers,
+`--server nchan` runs the same against nginx + nchan (loadtest/servers.py's, `--workers` nginx workers,
 its EventSource subscriber); nchan replays nothing and numbers nothing, so only its connection
 counts and idle memory per watcher compare. `--server gateway,nchan` runs both, one after the
 other, one JSON line each, and draws them in the same charts (`--report DIR`). While it runs,
@@ -47,10 +47,11 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import bench, monitor  # noqa: E402
+from loadtest import monitor, servers  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
-from loadtest.storm import StormGateway, histogram_over, scrape  # noqa: E402
+from loadtest.storm import StormGateway  # noqa: E402
+from loadtest.storm_replay import histogram_over, scrape  # noqa: E402
 
 METHOD = "murmur.WatchSession"
 
@@ -66,13 +67,13 @@ class CrowdGateway(StormGateway):
     def __enter__(self):
         self.log = (open(self.args.gateway_log, "wb") if self.args.gateway_log
                     else tempfile.NamedTemporaryFile(prefix="crowd-gateway-", suffix=".log"))
-        self.proc = subprocess.Popen(bench.pinned(self.cmd, self.args.server_cpus), cwd=bench.ROOT,
+        self.proc = subprocess.Popen(servers.pinned(self.cmd, self.args.server_cpus), cwd=servers.ROOT,
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        bench.wait_for_port(self.port, self.proc)
+        servers.wait_for_port(self.port, self.proc)
         return self
 
     def __exit__(self, *exc):
-        bench.stop(self.proc)
+        servers.stop(self.proc)
         self.log.close()
 
     def banner(self, timeout: float = 10.0) -> dict | None:
@@ -96,7 +97,7 @@ def csse_command(args, system: str, url: str, ready: str, out: str) -> list[str]
         cmd += ["--mode", "post", "--track-ids"]
         if args.rate > 0:  # from the newest event on: no replay of what the ring held before the ramp
             cmd += ["--last-event-id", str(newest_id(url, METHOD))]
-    return bench.pinned(cmd, args.client_cpus)
+    return servers.pinned(cmd, args.client_cpus)
 
 
 def memory(pids: list[int]) -> dict:
@@ -189,7 +190,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.server or set(args.server) - {"gateway", "nchan"}:
         p.error("--server: gateway, nchan, or gateway,nchan")
-    args.size = 0  # --sim-load-size, and bench.Nchan's publisher payload (nchan runs idle here)
+    args.size = 0  # --sim-load-size, and servers.Nchan's publisher payload (nchan runs idle here)
     return args
 
 
@@ -202,7 +203,7 @@ def one_server(args, system: str, watching: monitor.Monitor) -> dict:
                 "gateway", pid=server.proc.pid, metrics_port=server.metrics_port):
             report = {"banner": server.banner(), **crowd(args, server, system, watching)}
     else:
-        with bench.Nchan(args, 0, args.workers) as server, watching.following(
+        with servers.Nchan(args, 0, args.workers) as server, watching.following(
                 "nchan", pid=server.proc.pid, nchan_port=server.port):
             report = crowd(args, server, system, watching)
     return {"started": started, "loadavg_before": [round(x, 2) for x in load_before], **report}

@@ -34,19 +34,21 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest.driver import build_request, parse_args  # noqa: E402
+from loadtest.driver import parse_args  # noqa: E402
+from loadtest.watcher import build_request  # noqa: E402
 
 PROBE_SECONDS = 0.5  # long enough for the replay burst; ids keep coming at the load's rate
 EVENT_ID = re.compile(rb"(?m)^id: (\d+)\r?$")
 
 
-def newest_id(url: str, method: str) -> int:
-    """The highest event id one stream sees in PROBE_SECONDS (0 when none came)."""
+def newest_id(url: str, method: str, authorization: bytes = b"") -> int:
+    """The highest event id one stream sees in PROBE_SECONDS (0 when none came); `authorization`
+    the header line through a door (loadtest/bearer.py's `Bearer.header`)."""
     parts = urlsplit(url)
     newest, tail = 0, b""
     deadline = time.monotonic() + PROBE_SECONDS
     with socket.create_connection((parts.hostname, parts.port or 80), timeout=PROBE_SECONDS) as sock:
-        sock.sendall(build_request(url, "murmur", method, 0))
+        sock.sendall(build_request(url, "murmur", method, 0, authorization))
         while (left := deadline - time.monotonic()) > 0:
             sock.settimeout(left)
             try:

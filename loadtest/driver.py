@@ -1,9 +1,9 @@
 """High-connection SSE load driver: N watchers over K client processes, one JSON line out.
 
-Each client process runs uvloop with raw `asyncio.Protocol` connections (no HTTP library):
-it writes the request, reads the response head, undoes chunked framing when the server used
-it, and scans whole SSE events with a few compiled regular expressions per read, so the
-client spends microseconds per event, not per byte. It speaks two dialects:
+Each client process runs uvloop with raw `asyncio.Protocol` connections (loadtest/watcher.py,
+no HTTP library): each writes the request, reads the response head, undoes chunked framing
+when the server used it, and scans whole SSE events with a few compiled regular expressions
+per read, so the client spends microseconds per event, not per byte. It speaks two dialects:
 
 - `murmur` (the gateway and the naive baseline): POST `murmur.WatchSession`; numeric `id:`
   lines; `lagged` and `gap` frames. A new connection sends the newest id its process has
@@ -18,7 +18,9 @@ after the `Last-Event-ID` sent, and a hole only where a `lagged` frame (its `mis
 `gap` frame accounts for it. Failed openings are counted by reason (`connect timeout`,
 `head timeout`, `connect refused`, `head reset`, `http 503`, ...). Latency is now minus
 the encode time at the start of each load event's text (`--sim-load` on the gateway, the
-bench's publishers elsewhere); with `--sample-every S` one event in S is timed. Heartbeat
+bench's publishers elsewhere); with `--sample-every S` one event in S is timed. The report
+gives the timed deliveries' p50/p99/max over the window (`latency_ms`) and in each second of it
+(`latency_ms_by_second`, which `--report`'s chart draws), from the same samples. Heartbeat
 intervals are measured from the connection's opening.
 
 The figures cover a measuring window that starts `--warmup` seconds after every connection
@@ -26,11 +28,12 @@ is open and lasts `--duration` seconds; server CPU and RSS come from the process
 `--server-pid`. Every loop is bounded: connections, the ramp (`--connect-timeout`), and the
 window.
 
-While it runs, each client process publishes its tally (opened, failed, deliveries, lost, a
-latency histogram) to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
+While it runs, each client process publishes its tally (opened, failed, deliveries, lost)
+to a shared counts file (`loadtest/monitor.py`'s `Counts`) with the phase
 it is in: the driver shows them as progress on stderr (`--quiet`: none), or, with `--counts
 PATH`, a parent command (bench, soak) reads them and the driver shows nothing. `--report DIR`
-writes the run's page and charts (`loadtest/report.py`).
+writes the run's page and charts (`loadtest/report.py`). Through a door, each watcher sends the
+bearer token loadtest/bearer.py's options give (`--token`, or a JWT of its own with `--jwt-key`).
 
     python -m loadtest.driver --url http://127.0.0.1:52222/ --watchers 1000 --duration 10
 """
@@ -41,10 +44,9 @@ import argparse
 import array
 import asyncio
 import contextlib
-import errno
+import math
 import multiprocessing
 import os
-import re
 import resource
 import shutil
 import sys
@@ -58,287 +60,11 @@ import uvloop
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import monitor  # noqa: E402
+from loadtest import bearer, monitor  # noqa: E402
+from loadtest.counts import Counts, keep_published  # noqa: E402
+from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
-MURMUR_ID = re.compile(rb"(?m)^id: (\d+)$")
-MURMUR_MARKS = re.compile(
-    rb'(?m)^id: (\d+)$|"frame":"lagged","missed":(\d+)|"frame":"gap","firstAvailableId":(\d+)')
-NCHAN_ID = re.compile(rb"(?m)^id: (\d+):(\d+)$")
-NCHAN_SEQ = re.compile(rb'"text":"\d+ (\d+) ')
-STAMP = re.compile(rb'"text":"(\d{16,20}) ')
-HEARTBEAT = b":heartbeat\n"
 MAX_HANDSHAKES = 512  # connections being opened at once, per client process
-
-
-class Tally:
-    """One client process's figures; counting (but not checking) happens inside the window."""
-
-    def __init__(self, sample_every: int):
-        self.sample_every = sample_every
-        self.measuring = False
-        self.newest_id = 0
-        self.opened = self.failed = self.closed_early = 0
-        self.failures: dict[str, int] = {}  # why openings failed: reason -> count
-        self.deliveries = self.bytes = self.stamped = 0
-        self.events_lost = self.lagged_frames = self.unexplained_holes = self.order_violations = 0
-        self.latency_us = array.array("q")
-        self.heartbeat_s = array.array("d")
-
-    def fail(self, reason: str, count: int = 1) -> None:
-        self.failed += count
-        self.failures[reason] = self.failures.get(reason, 0) + count
-
-    def stamps(self, block: bytes, now_ns: int) -> None:
-        """Time one load event in `sample_every` (0: none)."""
-        stamps = STAMP.findall(block) if self.sample_every else None
-        if stamps:
-            every = self.sample_every
-            start = -self.stamped % every
-            self.stamped += len(stamps)
-            self.latency_us.extend([(now_ns - int(s)) // 1000 for s in stamps[start::every]])
-
-
-class HttpStatus(ConnectionError):
-    """The server answered the stream request with a status other than 200."""
-
-    def __init__(self, status_line: str):
-        super().__init__(status_line)
-        parts = status_line.split()
-        self.status = parts[1] if len(parts) > 1 else "?"
-
-
-class Watcher(asyncio.Protocol):
-    """One SSE connection: the head, then whole events checked and counted.
-
-    `resume_from` is the Last-Event-ID the request sent (murmur): the first id must then be
-    the next one, unless a gap frame says why not. `connected_at` and `first_id_at` are the
-    monotonic times the TCP connection was made and the first numbered event arrived (the
-    first replayed one, when the buffer held any)."""
-
-    started_at: float  # storm.py's: when it began to connect
-    head_at: float  # storm.py's: when its response head was read
-
-    def __init__(self, tally: Tally, request: bytes, dialect: str, resume_from: int = 0):
-        self.tally, self.request = tally, request
-        self.check = self._check_murmur if dialect == "murmur" else self._check_nchan
-        self.transport: asyncio.Transport | None = None
-        self.opened: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.head = b""
-        self.chunked = False
-        self.chunk_left = 0  # body bytes left in the current chunk; -1: expecting a size line
-        self.raw = b""       # framing bytes not yet decoded
-        self.rest = b""      # decoded body after the last complete event
-        self.last = resume_from  # the last id (murmur) or sequence number (nchan) received
-        self.last_key = 0    # nchan: the last `<time>:<tag>` as one integer
-        self.explained = 0   # murmur: events a lagged frame reported since the last id
-        self.gap = False
-        self.heartbeat_at = 0.0
-        self.ended = False
-        self.connected_at = self.first_id_at = 0.0
-        self.gap_frames = self.missed = 0  # murmur: gap frames and lagged `missed`, always counted
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        self.connected_at = time.monotonic()
-        transport.write(self.request)
-
-    def connection_lost(self, exc) -> None:
-        if not self.opened.done():
-            reason = exc if isinstance(exc, OSError) else ConnectionError("closed before the head")
-            self.opened.set_exception(reason)
-        elif not self.ended:
-            self.ended = True
-            self.tally.closed_early += 1
-
-    def data_received(self, data: bytes) -> None:
-        if not self.opened.done():
-            self.head += data
-            end = self.head.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head, data = self.head[:end].lower(), self.head[end + 4:]
-            self.head = b""
-            if head[9:12] != b"200":
-                self.opened.set_exception(HttpStatus(head.split(b"\r\n", 1)[0].decode()))
-                return
-            self.chunked = b"transfer-encoding: chunked" in head
-            self.chunk_left = -1
-            self.heartbeat_at = time.monotonic()
-            self.opened.set_result(None)
-        if self.chunked:
-            data = self._dechunk(data)
-        self._body(data)
-
-    def _dechunk(self, data: bytes) -> bytes:
-        buf = self.raw + data if self.raw else data
-        out, pos, size = [], 0, len(buf)
-        while pos < size:
-            if self.chunk_left > 0:
-                take = min(self.chunk_left, size - pos)
-                out.append(buf[pos:pos + take])
-                pos += take
-                self.chunk_left -= take
-                continue
-            if self.chunk_left == 0:  # the CRLF after a chunk's data
-                if size - pos < 2:
-                    break
-                pos += 2
-                self.chunk_left = -1
-            line_end = buf.find(b"\r\n", pos)
-            if line_end < 0:
-                break
-            self.chunk_left = int(buf[pos:line_end].split(b";", 1)[0], 16)
-            pos = line_end + 2
-            if self.chunk_left == 0:  # the last chunk: the response ended
-                self.chunk_left = -2
-                break
-        self.raw = buf[pos:] if self.chunk_left != -2 else b""
-        return b"".join(out)
-
-    def _body(self, data: bytes) -> None:
-        if self.rest:
-            data = self.rest + data
-        end = data.rfind(b"\n\n")
-        if end < 0:
-            self.rest = data
-            return
-        block, self.rest = data[:end + 2], data[end + 2:]
-        tally = self.tally
-        if tally.measuring:
-            now_ns = time.time_ns()
-            count = self.check(block)
-            tally.deliveries += count
-            tally.bytes += len(block)
-            tally.stamps(block, now_ns)
-            if HEARTBEAT in block:
-                now = time.monotonic()
-                tally.heartbeat_s.append(now - self.heartbeat_at)
-                self.heartbeat_at = now
-        else:
-            self.check(block)
-            if HEARTBEAT in block:
-                self.heartbeat_at = time.monotonic()
-
-    # --- id checks: a fast path for the usual run of consecutive ids, a walk otherwise ---
-
-    def _check_murmur(self, block: bytes) -> int:
-        ids = MURMUR_ID.findall(block)
-        if ids and not self.first_id_at:
-            self.first_id_at = time.monotonic()
-        if b'"frame":"lagged"' in block or b'"frame":"gap"' in block:
-            self._walk_murmur(block)
-        elif ids:
-            nums = list(map(int, ids))
-            first = nums[0]
-            if (self.last and first != self.last + 1) or nums != list(range(first, first + len(nums))):
-                self._walk_murmur(block)
-            else:
-                self.last = nums[-1]
-        if self.last > self.tally.newest_id:
-            self.tally.newest_id = self.last
-        return len(ids)
-
-    def _walk_murmur(self, block: bytes) -> None:
-        tally = self.tally
-        for event_id, missed, first_available in MURMUR_MARKS.findall(block):
-            if missed:
-                self.explained += int(missed)
-                self.missed += int(missed)
-                if tally.measuring:
-                    tally.events_lost += int(missed)
-                    tally.lagged_frames += 1
-            elif first_available:
-                self.gap = True
-                self.gap_frames += 1
-            else:
-                self._next(int(event_id))
-
-    def _next(self, number: int) -> None:
-        """Check one id against the previous: ascending, and every hole accounted for."""
-        tally = self.tally
-        if self.last:
-            if number <= self.last:
-                tally.order_violations += 1
-                return
-            hole = number - self.last - 1
-            if hole and not self.gap and hole != self.explained:
-                tally.unexplained_holes += 1
-        self.last, self.explained, self.gap = number, 0, False
-
-    def _check_nchan(self, block: bytes) -> int:
-        keys = [int(t) << 32 | int(tag) for t, tag in NCHAN_ID.findall(block)]
-        if keys and (keys[0] <= self.last_key or keys != sorted(set(keys))):
-            for key in keys:
-                if key <= self.last_key:
-                    self.tally.order_violations += 1
-                self.last_key = max(self.last_key, key)
-        elif keys:
-            self.last_key = keys[-1]
-        if keys and not self.first_id_at:
-            self.first_id_at = time.monotonic()
-        tally = self.tally
-        for seq in map(int, NCHAN_SEQ.findall(block)):
-            if self.last and seq <= self.last:
-                tally.order_violations += 1
-                continue
-            if self.last and seq > self.last + 1:
-                tally.unexplained_holes += 1
-                if tally.measuring:
-                    tally.events_lost += seq - self.last - 1
-            self.last = seq
-        if self.last > tally.newest_id:
-            tally.newest_id = self.last
-        return len(keys)
-
-    def close(self) -> None:
-        self.ended = True
-        if self.transport is not None:
-            self.transport.abort()
-
-
-def build_request(url: str, dialect: str, method: str, last_event_id: int) -> bytes:
-    parts = urlsplit(url)
-    host, path = parts.netloc, parts.path or "/"
-    if dialect == "nchan":
-        return f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n".encode()
-    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"A2A-Version: 1.0\r\nAccept: text/event-stream\r\nLast-Event-ID: {last_event_id}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-
-def failure_reason(exc: BaseException, stage: str) -> str:
-    """A short name for why an opening failed; `stage` is "connect" or "head"."""
-    if isinstance(exc, HttpStatus):
-        return f"http {exc.status}"
-    if isinstance(exc, asyncio.TimeoutError):
-        return f"{stage} timeout"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"{stage} refused"
-    if isinstance(exc, ConnectionResetError):
-        return f"{stage} reset"
-    if isinstance(exc, OSError) and exc.errno:
-        return f"{stage} {errno.errorcode.get(exc.errno, exc.errno)}"
-    return f"{stage} closed"
-
-
-async def open_watcher(watcher: Watcher, host: str, port: int, deadline: float) -> str | None:
-    """Connect `watcher` and wait for a 200 head, both by `deadline` (loop time); None when
-    it is open, else why not (failure_reason). The watcher is closed when it failed."""
-    loop = asyncio.get_running_loop()
-    stage = "connect"
-    try:
-        await asyncio.wait_for(loop.create_connection(lambda: watcher, host, port),
-                               max(0.1, deadline - loop.time()))
-        stage = "head"
-        await asyncio.wait_for(watcher.opened, max(0.1, deadline - loop.time()))
-    except (TimeoutError, OSError, ConnectionError) as exc:
-        watcher.close()
-        return failure_reason(exc, stage)
-    except asyncio.CancelledError:
-        watcher.close()
-        raise
-    return None
 
 
 async def client_main(args, share: int, conn, slot: int = 0) -> None:
@@ -348,16 +74,19 @@ async def client_main(args, share: int, conn, slot: int = 0) -> None:
     parts = urlsplit(args.url)
     host, port = parts.hostname, parts.port or 80
     tally = Tally(args.sample_every)
-    counts = monitor.Counts(args.counts)
-    publishing = loop.create_task(monitor.keep_published(counts, slot, tally))
+    counts = Counts(args.counts)
+    publishing = loop.create_task(keep_published(counts, slot, tally))
     watchers: list[Watcher] = []
     gate = asyncio.Semaphore(MAX_HANDSHAKES)
     ramp_deadline = loop.time() + args.connect_timeout
+    first_user = slot * -(-args.watchers // args.procs)  # each watcher a simulated user of its own
+    users = iter(range(first_user, first_user + share))
+    door = bearer.from_args(args)
 
     async def open_one() -> None:
         async with gate:
             resume_from = tally.newest_id if args.dialect == "murmur" else 0
-            request = build_request(args.url, args.dialect, args.method, resume_from)
+            request = build_request(args.url, args.dialect, args.method, resume_from, door.header(next(users)))
             watcher = Watcher(tally, request, args.dialect, resume_from)
             # a cancelled opening is counted by the ramp's deadline below
             failure = await open_watcher(watcher, host, port, ramp_deadline)
@@ -412,7 +141,8 @@ async def client_main(args, share: int, conn, slot: int = 0) -> None:
         "events_lost": tally.events_lost,
         "lagged_frames": tally.lagged_frames, "unexplained_holes": tally.unexplained_holes,
         "order_violations": tally.order_violations, "cpu_s": cpu,
-        "latency_us": tally.latency_us.tobytes(), "heartbeat_s": tally.heartbeat_s.tobytes(),
+        "latency_us": tally.latency_us.tobytes(), "arrived_ms": tally.arrived_ms.tobytes(),
+        "heartbeat_s": tally.heartbeat_s.tobytes(),
     })
 
 
@@ -440,6 +170,19 @@ def quantiles(values, scale: float = 1.0) -> dict:
     return {"count": len(ordered), "p50": pick(0.50), "p99": pick(0.99), "max": round(ordered[-1] * scale, 3)}
 
 
+def latency_by_second(latency_us, arrived_ms, start: float, end: float) -> list[dict]:
+    """The window's timed deliveries by the second of the window they arrived in: each second's
+    `quantiles` (ms), `at` its end (epoch s; one arriving as the window closed counts in its last
+    second). The same samples, the same function, as the window's `latency_ms`: the report
+    draws these, so its chart and its table cannot disagree."""
+    last = max(0, math.ceil(end - start) - 1)
+    seconds: dict[int, list[int]] = {}
+    for us, at in zip(latency_us, arrived_ms):
+        seconds.setdefault(min(last, max(0, int(at / 1000 - start))), []).append(us)
+    return [{"at": round(start + second + 1, 3), **quantiles(values, 0.001)}
+            for second, values in sorted(seconds.items())]
+
+
 def run(args) -> dict:
     """The run; its counts go to `args.counts` (a file a parent command reads), else a temporary one."""
     raise_nofile(args.watchers // args.procs + 256)
@@ -450,7 +193,7 @@ def run(args) -> dict:
     with contextlib.ExitStack() as stack:
         if not args.counts:
             args.counts = stack.enter_context(tempfile.TemporaryDirectory(prefix="driver-")) + "/counts"
-        counts = monitor.Counts(args.counts, slots=len(shares))
+        counts = Counts(args.counts, slots=len(shares))
         counts.set_phase("connecting", args.connect_timeout, args.watchers)
         try:
             return _run_clients(args, ctx, shares, counts, server, rss_before)
@@ -459,7 +202,7 @@ def run(args) -> dict:
             counts.close()
 
 
-def _run_clients(args, ctx, shares: list[int], counts: monitor.Counts, server: list[int], rss_before: int) -> dict:
+def _run_clients(args, ctx, shares: list[int], counts: Counts, server: list[int], rss_before: int) -> dict:
     pipes, procs = [], []
     for slot, share in enumerate(shares):
         parent_end, child_end = ctx.Pipe()
@@ -482,7 +225,7 @@ def _receive(pipe, timeout: float):
     return pipe.recv()
 
 
-def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Counts) -> dict:
+def _measure(args, pipes, server: list[int], rss_before: int, counts: Counts) -> dict:
     ramp_started = time.monotonic()
     for pipe in pipes:
         _receive(pipe, args.connect_timeout + 30)
@@ -514,19 +257,23 @@ def _measure(args, pipes, server: list[int], rss_before: int, counts: monitor.Co
     for r in results:
         for reason, count in r["failures"].items():
             failures[reason] = failures.get(reason, 0) + count
-    latency, heartbeats = array.array("q"), array.array("d")
+    latency, arrived, heartbeats = array.array("q"), array.array("q"), array.array("d")
     for r in results:
         latency.frombytes(r["latency_us"])
+        arrived.frombytes(r["arrived_ms"])
         heartbeats.frombytes(r["heartbeat_s"])
     window = args.duration
     report = {
         "label": args.label, "dialect": args.dialect, "watchers": args.watchers, "procs": args.procs,
+        "bearer": bearer.from_args(args).mode,
         "opened": total["opened"], "failed": total["failed"], "failures": failures,
         "closed_early": total["closed_early"], "ramp_s": round(ramp_s, 2), "window_s": window,
+        "window_ends_at": round(end, 3),
         "clients_missing": missing,
         "deliveries": total["deliveries"], "deliveries_per_s": round(total["deliveries"] / window),
         "mib_per_s": round(total["bytes"] / window / 2**20, 2),
         "latency_ms": quantiles(latency, 0.001), "latency_sample_every": args.sample_every,
+        "latency_ms_by_second": latency_by_second(latency, arrived, start, end),
         "heartbeat_interval_s": quantiles(heartbeats),
         "events_lost": total["events_lost"], "lagged_frames": total["lagged_frames"],
         "unexplained_holes": total["unexplained_holes"], "order_violations": total["order_violations"],
@@ -558,7 +305,9 @@ def parse_args(argv=None):
     p.add_argument("--counts", help="publish the live counts to this file (a parent command's progress reads it)")
     p.add_argument("--metrics-port", type=int, help="the gateway's metrics port: its figures join the progress")
     monitor.add_options(p)
+    bearer.add_options(p)
     args = p.parse_args(argv)
+    bearer.from_args(args)  # an unusable token option stops here, before any client starts
     args.procs = max(1, min(args.procs, args.watchers))
     return args
 

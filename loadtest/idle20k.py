@@ -44,7 +44,8 @@ sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import monitor  # noqa: E402
-from loadtest.driver import Tally, Watcher, build_request, open_watcher  # noqa: E402
+from loadtest.counts import Counts, keep_published  # noqa: E402
+from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
 METHOD = "murmur.WatchSession"
 IN_FLIGHT = 512  # openings at once
@@ -128,11 +129,11 @@ def start_gateway(cpu: int | None) -> tuple[subprocess.Popen, int, int]:
     raise RuntimeError("the gateway never became ready")
 
 
-async def open_all(port: int, count: int, timeout: float, counts: monitor.Counts,
+async def open_all(port: int, count: int, timeout: float, counts: Counts,
                    slot: int) -> tuple[Tally, list[Watcher]]:
     loop = asyncio.get_running_loop()
     tally = Tally(1)
-    publishing = loop.create_task(monitor.keep_published(counts, slot, tally))
+    publishing = loop.create_task(keep_published(counts, slot, tally))
     request = build_request(f"http://127.0.0.1:{port}/", "murmur", METHOD, 0)
     gate = asyncio.Semaphore(IN_FLIGHT)
     deadline = loop.time() + timeout
@@ -161,7 +162,7 @@ def client_process(args, port: int, share: int, conn, slot: int) -> None:
         os.sched_setaffinity(0, {args.client_cpu})
     loop = uvloop.new_event_loop()
     tally, watchers = loop.run_until_complete(open_all(port, share, args.connect_timeout,
-                                                       monitor.Counts(args.counts), slot))
+                                                       Counts(args.counts), slot))
     conn.send({"opened": tally.opened, "failures": tally.failures,
                "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]})
     conn.poll(args.connect_timeout + args.settle + 600)
@@ -203,7 +204,7 @@ def close_clients(clients) -> int:
 
 def run(args, watching: monitor.Monitor) -> dict:
     proc, port, metrics_port = start_gateway(args.server_cpu)
-    counts = monitor.Counts(args.counts, slots=args.procs)
+    counts = Counts(args.counts, slots=args.procs)
     counts.set_phase("starting", target=args.watchers)
     try:
         with watching.following("gateway", pid=proc.pid, metrics_port=metrics_port, counts=counts):
@@ -218,7 +219,7 @@ def run(args, watching: monitor.Monitor) -> dict:
             proc.wait()
 
 
-def measure(args, proc: subprocess.Popen, port: int, metrics_port: int, counts: monitor.Counts) -> dict:
+def measure(args, proc: subprocess.Popen, port: int, metrics_port: int, counts: Counts) -> dict:
     time.sleep(1.0)  # the workers' own start-up settles
     pids = procstat.tree(proc.pid)
     before, tcp_before, slab_before = memory_kib(pids), tcp_mem_kib(), slab_kib()

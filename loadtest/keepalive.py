@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from loadtest.bench import ROOT, check_pinning, free_port, pinned, stop, wait_for_port  # noqa: E402
+from loadtest.servers import ROOT, check_pinning, free_port, pinned, stop, wait_for_port  # noqa: E402
 
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"tsk_none"}}'
 CRLF, CRLF2 = b"\r\n", b"\r\n\r\n"

@@ -6,15 +6,26 @@ as soon as a line is buffered. `iter_content` is not used: it waits for whole bl
 delivers slow streams late or never (design-research §4). The stream is never read inside
 `catch_response`, whose request is reported only when the block exits.
 
-One locust request event is fired per SSE event, request type `SSE`, named by its kind: the
-murmur frame's name for a frame (`text`, `lagged`, `gap`, `connection-ack`, ...), the
-StreamResponse member otherwise (`statusUpdate`, `task`, `artifactUpdate`, `message`), and
-`heartbeat`. Its response time is the delivery latency when the event carries a time: now
-minus the `--sim-load` encode time at the start of a text frame (ns), else now minus the
-status timestamp (ms); a heartbeat's is its distance from the expected interval
-(`--heartbeat-interval`, 15 s by default). The stream opening is its own `POST` event.
+One locust request event is fired per SSE event, named by its kind: the murmur frame's name
+for a frame (`text`, `lagged`, `gap`, `connection-ack`, ...), the StreamResponse member
+otherwise (`statusUpdate`, `task`, `artifactUpdate`, `message`), and `heartbeat`. Its response
+time is the delivery latency when the event carries a time: now minus the `--sim-load` encode
+time at the start of a text frame (ns), else now minus the status timestamp (ms); a heartbeat's
+is its distance from the expected interval (`--heartbeat-interval`, 15 s by default). The stream
+opening is its own `POST` event.
 
-    WatchUser       murmur.WatchSession, Last-Event-ID: 0
+Live latency only: an event written before its stream was opened (the watch's replay of the
+session's buffer, the task a subscription opens with) is fired as request type `SSE replay`,
+its response time its age, so locust's `SSE` rows (and their percentiles) hold live deliveries
+alone. A `WatchUser` resumes each new stream from the last id it read (`Last-Event-ID`), as a
+browser's EventSource does; its first stream replays the buffer (counted apart, as above).
+
+A door with `[network.authentication]`: `--token`/`--token-file` (one static token) or
+`--jwt-key` (a JWT minted for each simulated user, `sub` `load-<n>`) (loadtest/bearer.py, the
+same options as every command of the kit); the gateway is the one `--host` names, started by
+whoever runs locust.
+
+    WatchUser       murmur.WatchSession, resuming from the last id it read
     SubscribeUser   SubscribeToTask on the `--sim-load` task (the oldest working task in
                     ListTasks), activated so it receives the text frames
     SendUser        SendStreamingMessage of a new task (the default script), read to its end
@@ -29,22 +40,39 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import os
 import re
+import sys
 import time
 
 import orjson
 from locust import FastHttpUser, between, events, task
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # locust runs this file by path
+
+from loadtest import bearer  # noqa: E402
+
 STREAM_URI = "https://docs.murmur.nexus/reference/streaming-protocol/#murmur-stream-v1"
 SIM_STAMP = re.compile(r"^(\d{16,20}) ")
 MAX_EVENTS_PER_STREAM = 100_000  # every read loop is bounded; a stream ends or the run stops it
 _message_ids = itertools.count(1)
+_users = itertools.count(1)  # each simulated user's number (its JWT's sub)
+_door = bearer.Bearer()  # what every user sends: set from the options once locust has parsed them
 
 
 @events.init_command_line_parser.add_listener
 def _options(parser) -> None:
     parser.add_argument("--heartbeat-interval", type=float, default=15.0, include_in_web_ui=False,
                         help="the gateway's heartbeat interval, to report heartbeat jitter")
+    bearer.add_options(parser)
+
+
+@events.init.add_listener
+def _read_door(environment, **_) -> None:
+    """The token options, read once (a key file, a PEM key parsed) for every user."""
+    global _door
+    if environment.parsed_options is not None:
+        _door = bearer.from_args(environment.parsed_options)
 
 
 def event_kind(result: dict) -> tuple[str, float | None]:
@@ -67,19 +95,29 @@ class SSEUser(FastHttpUser):
     connection_timeout = 10.0
     wait_time = between(0.5, 1.0)
 
-    def fire(self, name: str, response_time_ms: float, length: int, exception=None) -> None:
-        self.environment.events.request.fire(request_type="SSE", name=name, response_time=response_time_ms,
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.number = next(_users)
+        self.last_id: bytes | None = None  # the last event id this user read
+        self.opened_at = 0.0  # when the current stream was asked for (epoch seconds)
+
+    def fire(self, name: str, response_time_ms: float, length: int, exception=None, kind: str = "SSE") -> None:
+        self.environment.events.request.fire(request_type=kind, name=name, response_time=response_time_ms,
                                              response_length=length, exception=exception, context={})
+
+    def post_headers(self) -> dict:
+        token = _door.token_for(self.number)
+        return {"Content-Type": "application/json", "A2A-Version": "1.0",
+                **({"Authorization": f"Bearer {token}"} if token else {})}
 
     def stream(self, method: str, params: dict, headers: dict | None = None) -> None:
         """Open one stream, fire an event per SSE event, return when it ends."""
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         opened = time.monotonic()
-        resp = self.client.request(
-            "POST", "/", data=body, stream=True, name=method,  # type: ignore[arg-type]  # locust's stubs: bytes work
-            headers={"Content-Type": "application/json", "A2A-Version": "1.0", **(headers or {})})
-        content_type = resp.headers.get("content-type", "") if resp.headers is not None else ""
-        if resp.status_code != 200 or not str(content_type).startswith("text/event-stream"):
+        self.opened_at = time.time()
+        resp = self.client.request("POST", "/", data=body, stream=True, name=method,
+                                   headers={**self.post_headers(), **(headers or {})})
+        if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
             return
         interval = self.environment.parsed_options.heartbeat_interval if self.environment.parsed_options else 15.0
         last_beat = opened
@@ -93,6 +131,8 @@ class SSEUser(FastHttpUser):
             size += len(line)
             if line.startswith(b"data: "):
                 data = line[6:]
+            elif line.startswith(b"id: "):
+                self.last_id = line[4:].strip()
             elif line.startswith(b":"):
                 now = time.monotonic()
                 self.fire("heartbeat", abs(now - last_beat - interval) * 1000, size)
@@ -109,8 +149,11 @@ class SSEUser(FastHttpUser):
         except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
             self.fire("unparsable", 0, size, exc)
             return
-        latency = (time.time() - encoded_at) * 1000 if encoded_at else 0
-        self.fire(kind, max(0.0, latency), size)
+        now = time.time()
+        if encoded_at is not None and encoded_at < self.opened_at:  # written before the stream: a replay
+            self.fire(kind, (now - encoded_at) * 1000, size, kind="SSE replay")
+            return
+        self.fire(kind, max(0.0, (now - encoded_at) * 1000) if encoded_at else 0, size)
 
 
 class WatchUser(SSEUser):
@@ -118,7 +161,8 @@ class WatchUser(SSEUser):
 
     @task
     def watch(self) -> None:
-        self.stream("murmur.WatchSession", {}, {"Last-Event-ID": "0"})
+        resume = {"Last-Event-ID": self.last_id.decode()} if self.last_id else {}
+        self.stream("murmur.WatchSession", {}, resume)
 
 
 class SubscribeUser(SSEUser):
@@ -127,8 +171,7 @@ class SubscribeUser(SSEUser):
     def load_task_id(self) -> str | None:
         """The `--sim-load` task: the oldest working task (ids are time-ordered)."""
         body = orjson.dumps({"jsonrpc": "2.0", "id": "list", "method": "ListTasks", "params": {}})
-        resp = self.client.request("POST", "/", data=body, name="ListTasks",  # type: ignore[arg-type]  # as above
-                                   headers={"Content-Type": "application/json", "A2A-Version": "1.0"})
+        resp = self.client.request("POST", "/", data=body, name="ListTasks", headers=self.post_headers())
         tasks = ((orjson.loads(resp.content or b"{}").get("result") or {}).get("tasks")) or []
         working = [t["id"] for t in tasks if t["status"]["state"] == "TASK_STATE_WORKING"]
         return min(working) if working else None

@@ -48,9 +48,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway.common.board import RING_SLOTS  # noqa: E402  (the events each worker's window keeps)
-from loadtest.bench import free_port, stop, wait_for_port  # noqa: E402
+from loadtest.servers import free_port, stop, wait_for_port  # noqa: E402
 from loadtest.csse_client import newest_id  # noqa: E402
-from loadtest.driver import build_request, raise_nofile  # noqa: E402
+from loadtest.driver import raise_nofile  # noqa: E402
+from loadtest.watcher import build_request  # noqa: E402
 
 SITECUSTOMIZE = r'''
 import os, sys, threading, time

@@ -7,7 +7,7 @@ the target, events a second, failures so far, and the time left in the phase. No
 estimated; each figure is read from
 
 - the client's own counts: the driver's (and the storm's) client processes publish their
-  tallies into a small shared file (`Counts`, one slot per process, with the phase the
+  tallies into a small shared file (loadtest/counts.py, one slot per process, with the phase the
   client is in), which a parent command reads even when the driver is its subprocess;
 - the gateway's `/metrics` (`murgw_connections_open`, `murgw_events_delivered_total`,
   `murgw_events_lost_to_lag_total`, the heartbeat jitter histogram), which is also what a
@@ -23,12 +23,8 @@ otherwise (CI, a pipe), and not at all with `--quiet`. The samples are kept for 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import bisect
 import contextlib
-import mmap
 import os
-import struct
 import sys
 import threading
 import time
@@ -36,69 +32,12 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from gateway.common import procstat
+from loadtest.counts import COUNT_FIELDS, Counts, ready
 
 if TYPE_CHECKING:
     from rich.progress import TaskID  # rich is imported when a terminal draws the progress
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")  # every run's results (git-ignored)
-PHASES = ("starting", "connecting", "warmup", "window", "replaying", "holding", "settling", "closing", "done")
-LATENCY_BOUNDS_MS = (0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000, 5000)
-COUNT_FIELDS = ("opened", "failed", "deliveries", "lost", "replayed")
-_HEADER = struct.Struct("<3q")  # phase index, phase end (epoch ms, 0: none), target
-_SLOT = struct.Struct(f"<{len(COUNT_FIELDS) + len(LATENCY_BOUNDS_MS) + 1}q")
-
-
-class Counts:
-    """Client counters shared through a file: each client process writes its own slot, a
-    parent (the same command or the one that started it) sums them."""
-
-    def __init__(self, path: str, slots: int = 0):
-        if slots:
-            with open(path, "wb") as fh:
-                fh.write(bytes(_HEADER.size + slots * _SLOT.size))
-        with open(path, "r+b") as fh:
-            self.map = mmap.mmap(fh.fileno(), 0)
-        self.slots = (len(self.map) - _HEADER.size) // _SLOT.size
-        self._seen = 0
-        self._histogram = [0] * (len(LATENCY_BOUNDS_MS) + 1)
-
-    def set_phase(self, phase: str, seconds: float | None = None, target: int | None = None) -> None:
-        """The phase the client is in, how long it lasts and (unless None: kept) the watchers wanted."""
-        ends = int((time.time() + seconds) * 1000) if seconds else 0
-        if target is None:
-            target = _HEADER.unpack_from(self.map, 0)[2]
-        _HEADER.pack_into(self.map, 0, PHASES.index(phase), ends, target)
-
-    def publish(self, slot: int, tally, replayed: int = 0) -> None:
-        """One client process's tally (loadtest/driver.py's Tally) into its slot; the
-        latencies it timed since the last call go into the slot's histogram."""
-        for us in tally.latency_us[self._seen:]:
-            self._histogram[bisect.bisect_left(LATENCY_BOUNDS_MS, us / 1000)] += 1
-        self._seen = len(tally.latency_us)
-        _SLOT.pack_into(self.map, _HEADER.size + slot * _SLOT.size, tally.opened, tally.failed,
-                        tally.deliveries, tally.events_lost, replayed, *self._histogram)
-
-    def read(self) -> dict:
-        phase, ends, target = _HEADER.unpack_from(self.map, 0)
-        total = [0] * (len(COUNT_FIELDS) + len(LATENCY_BOUNDS_MS) + 1)
-        for slot in range(self.slots):
-            total = [a + b for a, b in zip(total, _SLOT.unpack_from(self.map, _HEADER.size + slot * _SLOT.size))]
-        counts: dict = dict(zip(COUNT_FIELDS, total))
-        counts["latency_histogram"] = total[len(COUNT_FIELDS):]
-        counts.update(phase=PHASES[phase], phase_ends=ends / 1000 if ends else None, target=target)
-        return counts
-
-    def close(self) -> None:
-        self.map.close()
-
-
-async def keep_published(counts: Counts | None, slot: int, tally, replayed=lambda: 0, every: float = 0.25) -> None:
-    """A client process's task: its tally into its slot every `every` seconds (cancel to stop)."""
-    while counts is not None:
-        counts.publish(slot, tally, replayed())
-        await asyncio.sleep(every)
-
-
 def scrape_metrics(port: int) -> dict:
     """The gateway's series this view and the report use: summed over their labels, the
     heartbeat jitter histogram by bound (cumulative)."""
@@ -139,11 +78,7 @@ class Followed:
     @property
     def counts(self) -> Counts | None:
         if isinstance(self._counts, str):
-            try:
-                ready = os.path.getsize(self._counts) > _HEADER.size
-            except OSError:
-                ready = False
-            if not ready:
+            if not ready(self._counts):
                 return None
             self._counts = Counts(self._counts)
         return self._counts
@@ -163,6 +98,7 @@ class Monitor:
         self.command, self.quiet, self.every, self.plain_every = command, quiet, every, plain_every
         self.stream = stream or sys.stderr
         self.started = time.monotonic()
+        self.epoch = time.time()  # the same instant on the wall clock: a sample's t is seconds from here
         self.samples: list[dict] = []
         self.followed: list[Followed] = []
         self._phase_ends: float | None
@@ -237,7 +173,7 @@ class Monitor:
         sample = {"t": round(now - self.started, 3), "series": each.label, "system": each.system, "phase": self._phase}
         counts = each.counts.read() if each.counts is not None else None
         if counts is not None:
-            sample.update({key: counts[key] for key in COUNT_FIELDS}, latency_histogram=counts["latency_histogram"])
+            sample.update({key: counts[key] for key in COUNT_FIELDS})
             if counts["phase"] != "starting":
                 sample["phase"] = counts["phase"]
             sample["open"] = counts["opened"]
@@ -353,7 +289,8 @@ def finish(monitor: Monitor, args, module: str, argv: list[str] | None, started:
     if figures is None:
         figures = side_by_side({"value": result})
     path = report.write(directory, {"command": module, "command_line": report.command_line(module, argv),
-                                    "started": started, "storm": storm, "figures": figures, "result": result,
+                                    "started": started, "epoch": monitor.epoch, "storm": storm,
+                                    "figures": figures, "result": result,
                                     "samples": monitor.samples})
     print(f"report: {path}", file=sys.stderr, flush=True)
 

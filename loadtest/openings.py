@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.common import procstat  # noqa: E402
 from loadtest import bench, monitor, opening_tokens  # noqa: E402
-from loadtest.storm import fill_ring  # noqa: E402
+from loadtest.storm_replay import fill_ring  # noqa: E402
 
 SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
 

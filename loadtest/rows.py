@@ -23,7 +23,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from loadtest import bench  # noqa: E402
+from loadtest import bench, servers  # noqa: E402
 
 
 def bench_args(argv: list[str]) -> argparse.Namespace:
@@ -62,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", required=True, help="SYSTEM:WATCHERS:RATE,...")
-    p.add_argument("--root", default=bench.ROOT, help="the checkout whose gateway runs")
-    p.add_argument("--python", default=bench.PYTHON, help="the interpreter that runs it")
+    p.add_argument("--root", default=servers.ROOT, help="the checkout whose gateway runs")
+    p.add_argument("--python", default=servers.PYTHON, help="the interpreter that runs it")
     p.add_argument("--out", help="write the reports here (JSON)")
     own = p.parse_args(argv[:split])
     args = bench_args(argv[split + 1:])
-    bench.ROOT, bench.PYTHON = own.root, own.python
+    servers.ROOT, servers.PYTHON = own.root, own.python
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     reports = []

@@ -9,6 +9,9 @@ line comparing the first and the last `--window` minutes, and every cycle's figu
 
     python -m loadtest.soak --minutes 30 --watchers 300 --rate 100
 
+`--url URL --server-pid PID` soaks a gateway it did not start (its own load, its own door:
+the token options are loadtest/bearer.py's, sent by every cycle's driver).
+
 Progress on stderr while it runs (each cycle's driver counts, the gateway's /metrics, the time
 left of the soak), `--report DIR` the page with the whole soak's charts (`loadtest/monitor.py`,
 `loadtest/report.py`). Everything is bounded: the cycle count follows from --minutes, each driver run has its own
@@ -31,7 +34,7 @@ import time
 import urllib.request
 
 from gateway.common import procstat
-from loadtest import monitor
+from loadtest import bearer, monitor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,25 +87,25 @@ def sample(supervisor: int) -> dict:
             "shm_bytes": shm_bytes(supervisor), "processes": len(pids)}
 
 
-def ready(port: int, gateway: subprocess.Popen, timeout: float = 60.0) -> None:
+def ready(url: str, gateway: subprocess.Popen | None, timeout: float = 60.0) -> None:
     """Wait (bounded) until the gateway answers /readyz: its workers serve."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if gateway.poll() is not None:
+        if gateway is not None and gateway.poll() is not None:
             raise RuntimeError(f"the gateway exited with {gateway.returncode}")
         try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2).status == 200:
+            if urllib.request.urlopen(url.rstrip("/") + "/readyz", timeout=2).status == 200:
                 return
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"the gateway was not ready within {timeout} s")
 
 
-def cycle(port: int, supervisor: int, args, counts: str) -> dict:
-    cmd = [sys.executable, "-m", "loadtest.driver", "--url", f"http://127.0.0.1:{port}/",
+def cycle(url: str, supervisor: int, args, counts: str) -> dict:
+    cmd = [sys.executable, "-m", "loadtest.driver", "--url", url,
            "--watchers", str(args.watchers), "--duration", str(args.cycle - args.warmup - 2),
            "--warmup", str(args.warmup), "--server-pid", str(supervisor), "--label", "soak",
-           "--counts", counts, "--quiet"]
+           "--counts", counts, "--quiet", *bearer.argv(args)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.cycle * 3)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {"error": done.stderr[-500:]}
@@ -123,32 +126,45 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--window", type=float, default=5.0, help="minutes compared at start and end")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--url", help="soak this gateway instead of starting one (its load is its own: --rate, --size "
+                                 "and --workers are not used); needs --server-pid")
+    p.add_argument("--server-pid", type=int, default=0, help="with --url: its supervisor's pid (the samples' tree)")
+    p.add_argument("--metrics-port", type=int, help="with --url: its metrics port, for the progress")
     monitor.add_options(p)
+    bearer.add_options(p)
     args = p.parse_args(argv)
+    bearer.from_args(args)
+    if args.url and not args.server_pid:
+        p.error("--url needs --server-pid: a soak samples the server's memory, descriptors and segments")
     started_at = monitor.utc_now()
-    port, metrics_port = free_port(), free_port()
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}", "--metrics-bind", f"127.0.0.1:{metrics_port}",
-         "--workers", str(args.workers), "--sim-load", str(args.rate), "--sim-load-size", str(args.size),
-         "--log-level", "warning"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway, url, supervisor, metrics_port = None, args.url, args.server_pid, args.metrics_port
+    if url is None:
+        port, metrics_port = free_port(), free_port()
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
+             "--metrics-bind", f"127.0.0.1:{metrics_port}", "--sim-load", str(args.rate),
+             "--sim-load-size", str(args.size), "--log-level", "warning"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url, supervisor = f"http://127.0.0.1:{port}/", gateway.pid
     rows = []
     started = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="soak-")
     counts = os.path.join(tmp, "counts")
     try:
         with monitor.Monitor("soak", quiet=args.quiet, plain_every=args.progress_every) as watching, \
-                watching.following("gateway", pid=gateway.pid, metrics_port=metrics_port) as followed:
+                watching.following("gateway", pid=supervisor, metrics_port=metrics_port) as followed:
             watching.phase("starting", args.minutes * 60, args.watchers)
-            ready(port, gateway)
+            ready(url, gateway)
             started = time.monotonic()  # the soak's minutes count from a serving gateway
-            rows = cycles(args, port, gateway.pid, counts, started, watching, followed)
+            rows = cycles(args, url, supervisor, counts, started, watching, followed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        gateway.send_signal(signal.SIGTERM)
-        try:
-            gateway.wait(15)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
+        if gateway is not None:  # one it started; a --url gateway is left as it was found
+            gateway.send_signal(signal.SIGTERM)
+            try:
+                gateway.wait(15)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
     first = [r for r in rows if r["minute"] <= args.window]
     last = [r for r in rows if r["minute"] >= rows[-1]["minute"] - args.window] if rows else []
     summary = {key: {"first": mean(first, key), "last": mean(last, key)}
@@ -159,13 +175,14 @@ def main(argv=None) -> int:
               "unexplained_holes": sum(r["unexplained_holes"] or 0 for r in rows),
               "order_violations": sum(r["order_violations"] or 0 for r in rows),
               "failed_connections": sum(r["failed"] or 0 for r in rows),
-              "shm_left_after_stop": shm_bytes(gateway.pid), "cycles_detail": rows}
+              "shm_left_after_stop": shm_bytes(gateway.pid) if gateway is not None else None,
+              "cycles_detail": rows}
     print(json.dumps(result))
     monitor.finish(watching, args, "loadtest.soak", argv, started_at, result)
     return 0
 
 
-def cycles(args, port: int, supervisor: int, counts: str, started: float, watching: monitor.Monitor,
+def cycles(args, url: str, supervisor: int, counts: str, started: float, watching: monitor.Monitor,
            gateway: monitor.Followed) -> list[dict]:
     """Driver runs back to back until the soak's minutes are up; a row of figures for each.
     The progress follows each cycle's counts (a new file a cycle: the driver creates it)."""
@@ -173,7 +190,7 @@ def cycles(args, port: int, supervisor: int, counts: str, started: float, watchi
     while time.monotonic() - started < args.minutes * 60:
         watching.phase("soak", args.minutes * 60 - (time.monotonic() - started))
         gateway.counts = f"{counts}-{len(rows)}"
-        report = cycle(port, supervisor, args, f"{counts}-{len(rows)}")
+        report = cycle(url, supervisor, args, f"{counts}-{len(rows)}")
         rows.append({**sample(supervisor), "minute": round((time.monotonic() - started) / 60, 2),
                      "opened": report.get("opened"), "failed": report.get("failed"),
                      "deliveries_per_s": report.get("deliveries_per_s"),
@@ -181,6 +198,7 @@ def cycles(args, port: int, supervisor: int, counts: str, started: float, watchi
                      "unexplained_holes": report.get("unexplained_holes"),
                      "order_violations": report.get("order_violations"),
                      "latency_p99_ms": report.get("latency_ms", {}).get("p99"),
+                     "latency_ms": report.get("latency_ms"), "latency_ms_by_second": report.get("latency_ms_by_second"),
                      **({"error": report["error"]} if "error" in report else {})})
         if not args.quiet:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

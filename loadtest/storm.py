@@ -5,7 +5,7 @@ names one, lets `--events-before` events accumulate in the 512-event replay buff
 every client process (`--procs`) opens its share of `--watchers` connections at the same
 instant, with no ramp and no cap on handshakes in flight. Each connection sends its own
 `Last-Event-ID`, drawn between 1 and `--max-back` events behind the newest id (so inside the
-buffer), and the driver's checks (`loadtest/driver.py`'s `Watcher`) hold it to an exact
+buffer), and the driver's checks (`loadtest/watcher.py`'s `Watcher`) hold it to an exact
 replay: its first id must be Last-Event-ID + 1, ids strictly ascending, and a hole only where
 a `lagged` or `gap` frame explains it. After every connection is live the storm is held
 `--hold` seconds, so the replay is also seen to join the live stream without a hole.
@@ -50,14 +50,10 @@ import asyncio
 import multiprocessing
 import os
 import random
-import re
 import shutil
-import subprocess
 import sys
-import threading
 import tempfile
 import time
-import urllib.request
 from urllib.parse import urlsplit
 
 import orjson
@@ -67,13 +63,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gateway.common import procstat  # noqa: E402
-from loadtest import bench, monitor  # noqa: E402
-from loadtest.driver import (Tally, Watcher, _own_cpu, build_request, open_watcher,  # noqa: E402
-                             quantiles, raise_nofile)
+from loadtest import bearer, monitor, servers  # noqa: E402
+from loadtest.counts import Counts, keep_published  # noqa: E402
+from loadtest.driver import _own_cpu, quantiles, raise_nofile  # noqa: E402
+from loadtest.listen_queue import QueueSampler, connections_by_process, nstat, sysctls  # noqa: E402
+from loadtest.storm_replay import csse_nchan_storm, csse_storm  # noqa: E402
+from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
-NSTAT_COUNTERS = ("TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtSyncookiesSent",
-                  "TcpExtSyncookiesRecv", "TcpExtSyncookiesFailed", "TcpExtTCPReqQFullDoCookies",
-                  "TcpExtTCPReqQFullDrop", "TcpPassiveOpens", "TcpAttemptFails", "TcpExtTCPAbortOnData")
 METHOD = "murmur.WatchSession"
 
 
@@ -86,10 +82,12 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
     tally = Tally(0)  # counts deliveries from the storm's start, times none: a replayed event's age is no latency
     rng = random.Random(seed)
     dialect = args.dialect
-    counts = monitor.Counts(args.counts)
+    counts = Counts(args.counts)
+    door = bearer.from_args(args)
+    first_user = slot * (args.watchers // args.procs + 2)  # the probe, then each watcher: a user of its own
 
     # The probe replays the buffer and stays open, so `tally.newest_id` follows the head.
-    probe = Watcher(tally, build_request(args.url, dialect, METHOD, 0), dialect)
+    probe = Watcher(tally, build_request(args.url, dialect, METHOD, 0, door.header(first_user)), dialect)
     failure = await open_watcher(probe, host, port, loop.time() + 30)
     ready_by = loop.time() + args.events_before / max(args.rate, 0.1) + 30
     while failure is None and tally.newest_id < args.events_before and loop.time() < ready_by:
@@ -117,7 +115,7 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
         return done[0]
 
     tally.measuring = True
-    publishing = loop.create_task(monitor.keep_published(counts, slot, tally, replayed))
+    publishing = loop.create_task(keep_published(counts, slot, tally, replayed))
 
     async def open_one(watcher: Watcher) -> None:
         watcher.started_at = time.monotonic()
@@ -131,10 +129,11 @@ async def storm_client(args, share: int, conn, seed: int, slot: int) -> None:
         replaying.append(watcher)
 
     openings = []
-    for _ in range(share):  # every opening starts in this loop iteration: no ramp, no gate
+    for user in range(first_user + 1, first_user + 1 + share):  # every opening starts now: no ramp, no gate
         # nchan: its /replay location hands each subscriber the whole buffer (it cannot resume by number)
         resume_from = max(0, newest - rng.randint(1, args.max_back)) if dialect == "murmur" else 0
-        watcher = Watcher(tally, build_request(args.url, dialect, METHOD, resume_from), dialect, resume_from)
+        request = build_request(args.url, dialect, METHOD, resume_from, door.header(user))
+        watcher = Watcher(tally, request, dialect, resume_from)
         watcher.started_at = watcher.head_at = 0.0
         tried.append(watcher)
         openings.append(loop.create_task(open_one(watcher)))
@@ -176,81 +175,6 @@ def client_process(args, share: int, conn, seed: int, slot: int) -> None:
     uvloop.run(storm_client(args, share, conn, seed, slot))
 
 
-# --- the machine's side ---
-
-def nstat() -> dict:
-    """Absolute values of the kernel's listen-queue and SYN-cookie counters (history untouched)."""
-    try:
-        out = subprocess.run(["nstat", "-asz", *NSTAT_COUNTERS], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    values = dict.fromkeys(NSTAT_COUNTERS, 0)
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[0] in values:
-            values[fields[0]] = int(fields[1])
-    return values
-
-
-def connections_by_process(port: int) -> dict:
-    """Established connections on the server port, by the pid that holds them (`ss -p`)."""
-    try:
-        out = subprocess.run(["ss", "-Htnp", "state", "established", f"( sport = :{port} )"],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    counts: dict[str, int] = {}
-    for pid in re.findall(r"pid=(\d+)", out):
-        counts[pid] = counts.get(pid, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def accept_queue(port: int) -> int | None:
-    """Connections waiting in the listening socket's accept queue now (`ss -l`'s Recv-Q)."""
-    try:
-        out = subprocess.run(["ss", "-Hltn", f"( sport = :{port} )"], capture_output=True, text=True,
-                             timeout=5).stdout.split()
-        return int(out[1])
-    except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
-        return None
-
-
-class QueueSampler(threading.Thread):
-    """The accept queue's depth every `every` seconds while the storm opens."""
-
-    def __init__(self, port: int, every: float = 0.25):
-        super().__init__(daemon=True)
-        self.port, self.every = port, every
-        self.samples: list[tuple[float, int]] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        while not self.stopping.wait(self.every):
-            depth = accept_queue(self.port)
-            if depth is not None:
-                self.samples.append((round(time.monotonic() - started, 2), depth))
-
-    def report(self) -> dict:
-        self.stopping.set()
-        self.join(10)
-        depths = [depth for _, depth in self.samples]
-        return {"max": max(depths, default=None), "samples": len(depths),
-                "nonempty_s": round(sum(1 for d in depths if d) * self.every, 2),
-                "every_1s": [[t, d] for i, (t, d) in enumerate(self.samples) if i % round(1 / self.every) == 0]}
-
-
-def sysctls() -> dict:
-    values: dict[str, int | None] = {}
-    for name in ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.ipv4.tcp_syncookies"):
-        try:
-            with open("/proc/sys/" + name.replace(".", "/")) as fh:
-                values[name] = int(fh.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            values[name] = None
-    return values
-
-
 def _receive(pipe, timeout: float):
     if not pipe.poll(timeout):
         raise TimeoutError("a client process did not answer in time")
@@ -263,7 +187,7 @@ def storm(args, server_pid: int = 0) -> dict:
     raise_nofile(args.watchers // args.procs + 512)
     ctx = multiprocessing.get_context("fork")
     shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
-    counts = monitor.Counts(args.counts, slots=len(shares))
+    counts = Counts(args.counts, slots=len(shares))
     counts.set_phase("starting", target=args.watchers)
     pipes, procs = [], []
     for index, share in enumerate(shares):
@@ -351,166 +275,14 @@ def storm(args, server_pid: int = 0) -> dict:
     }
 
 
-# --- the storm of full replays, read by the C reader ---
-
-HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
-# Counters summed over their labels: writes per event is sends / events delivered.
-COUNTERS = {"sends": "murgw_sends_total", "delivered": "murgw_events_delivered_total",
-            "lost_to_lag": "murgw_events_lost_to_lag_total"}
-
-
-def scrape(metrics_port: int) -> dict:
-    """The gateway's heartbeat jitter and loop stall buckets (cumulative, by bound) and worker
-    restarts now."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-    found: dict = {name: {} for name in HISTOGRAMS}
-    found["restarts"] = 0.0
-    found.update(dict.fromkeys(COUNTERS, 0.0))
-    for line in text.splitlines():
-        for name, series in COUNTERS.items():
-            if line.startswith(series):
-                found[name] += float(line.rsplit(" ", 1)[1])
-        for name, series in HISTOGRAMS.items():
-            if line.startswith(series):
-                bound = line.split('le="', 1)[1].split('"', 1)[0]
-                found[name][float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
-        if line.startswith("murgw_worker_restarts_total"):
-            found["restarts"] = float(line.rsplit(" ", 1)[1])
-    return found
-
-
-def histogram_over(before: dict, after: dict) -> dict:
-    """Count, p99 and the largest nonempty bucket (its bound) observed between two scrapes."""
-    delta = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)
-    total = delta[-1][1] if delta else 0
-    if not total:
-        return {"count": 0, "p99_ms": None, "max_bucket_ms": None}
-    p99 = next(bound for bound, count in delta if count >= 0.99 * total)
-    top = next(bound for bound, count in delta if count >= total)
-    return {"count": int(total), "p99_ms": round(p99 * 1000, 1), "max_bucket_ms": round(top * 1000, 1)}
-
-
-def fill_ring(url: str, frames: int) -> None:
-    """Run a `/scenario burst` task of `frames` to its end (SendMessage answers when it is queued;
-    the burst writes as fast as it can, and the storm starts only after `settle` seconds)."""
-    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
-        "role": "ROLE_USER", "messageId": "msg-storm", "parts": [{"text": f"/scenario burst n={frames}"}]}}})
-    request = urllib.request.Request(url, body, {"content-type": "application/json", "a2a-version": "1.0"})
-    urllib.request.urlopen(request, timeout=30).read()
-
-
-def workers_of(supervisor_pid: int) -> list[int]:
-    """The gateway's worker processes (their title: `murgw: worker N ...`)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                title = fh.read()
-        except OSError:
-            continue
-        if ppid == supervisor_pid and b"worker" in title:
-            found.append(int(name))
-    return sorted(found)
-
-
-def profile(args, supervisor_pid: int) -> subprocess.Popen | None:
-    """With --profile PATH: py-spy records the first worker from the storm's start for
-    --profile-seconds at 100 Hz, as raw collapsed stacks (summarized by loadtest/spy_summary.py)."""
-    if not args.profile:
-        return None
-    pids = workers_of(supervisor_pid)
-    if not pids:
-        return None
-    spy = os.path.join(os.path.dirname(bench.PYTHON), "py-spy")
-    return subprocess.Popen([spy, "record", "-p", str(pids[0]), "-r", "100", "-d", str(args.profile_seconds),
-                             "-f", "raw", "-o", args.profile, "--nonblocking"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
-    fill_ring(args.url, args.burst)
-    time.sleep(args.settle)
-    before = scrape(metrics_port)
-    replay_from = [] if args.last_event_id == "none" else ["--last-event-id", args.last_event_id]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "post", *replay_from,
-                            "--connect-concurrency", str(args.connect_concurrency),
-                            "--track-ids", "--track-from-open", "--idle-exit", "2",
-                            "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
-                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
-                            "--out", out, args.url], args.client_cpus)
-        started = time.monotonic()
-        spy = profile(args, supervisor_pid)
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120,
-                       check=False)
-        wall = time.monotonic() - started
-        if spy is not None:
-            spy.wait(timeout=args.profile_seconds + 60)
-        with open(out, "rb") as fh:
-            reader = orjson.loads(fh.read())
-    after = scrape(metrics_port)
-    # Every numbered event a watcher was owed: the 512 of its replay (those the ring overwrote
-    # before it reached them are named by lagged frames), and with --rate, the live ones.
-    received = reader.get("events_before_go", 0) + reader.get("events_total", 0)
-    owed = args.watchers * 512 - reader.get("lagged_missed_total", 0)
-    every_replay = (received >= owed and reader.get("gap_frames") == args.watchers
-                    and not reader.get("closed_by_server") and not reader.get("errors"))
-    # With no live events (--rate 0) the reader stops 2 s after the last event: the last replay's end.
-    replay_ns = max(0, reader.get("last_event_ns", 0) - reader.get("t_go_ns", 0))
-    replayed_by = reader.get("connect_wall_s", 0) + replay_ns / 1e9
-    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
-            "per_conn_events_min", "per_conn_events_max", "stop_reasons", "errors", "ids_span_total", "ids_holes_total",
-            "ids_holes_announced", "ids_conns_with_holes", "ids_nonascending", "lagged_frames", "gap_frames",
-            "lagged_missed_total", "client_cpu_total_s")
-    return {"scenario": "reconnect-storm-full-replay", "watchers": args.watchers, "burst": args.burst,
-            "every_watcher_replayed": every_replay,
-            "time_until_all_replayed_s": round(replayed_by, 2) if every_replay and not args.rate else None,
-            "reader_wall_s": round(wall, 2),
-            "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
-            "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
-            "worker_restarts": int(after["restarts"] - before["restarts"]),
-            "events_lost_to_lag": int(after["lost_to_lag"] - before["lost_to_lag"]),
-            "writes_per_event": round((after["sends"] - before["sends"])
-                                      / max(1.0, after["delivered"] - before["delivered"]), 4),
-            "reader": {key: reader.get(key) for key in keys}}
-
-
-def csse_nchan_storm(args) -> dict:
-    """The C reader against nginx+nchan as the issue's anchor: its subscribers replay the
-    channel's buffer (`/replay`, `nchan_subscriber_first_message oldest`), prefilled with 512
-    messages of --size bytes, while --rate more are published a second. How long its ramp
-    takes, and what each subscriber got (nchan's messages carry no murmur id: counts, not id
-    checks)."""
-    with bench.Nchan(args, args.rate, args.workers, prefill=512) as nchan, tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "csse.json")
-        cmd = bench.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
-                            "--connect-concurrency", str(args.connect_concurrency), "--idle-exit", "2",
-                            "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
-                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
-                            "--out", out, nchan.url.replace("/sub", "/replay")], args.client_cpus)
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120,
-                       check=False)
-        with open(out, "rb") as fh:
-            reader = orjson.loads(fh.read())
-    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
-            "per_conn_events_min", "per_conn_events_max", "stop_reasons", "errors", "client_cpu_total_s")
-    return {"scenario": "nchan-replaying-storm", "watchers": args.watchers, "rate": args.rate,
-            "reader": {key: reader.get(key) for key in keys}}
-
-
-class StormGateway(bench.ServerProcess):
+class StormGateway(servers.ServerProcess):
     """The gateway under test, started like the bench's, with the storm's options."""
 
     def __init__(self, args):
         self.args = args
-        self.port, self.metrics_port = bench.free_port(), bench.free_port()
+        self.port, self.metrics_port = servers.free_port(), servers.free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.cmd = [bench.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
+        self.cmd = [servers.PYTHON, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}",
                     "--workers", str(args.workers), "--metrics-bind", f"127.0.0.1:{self.metrics_port}",
                     "--log-level", "warning",
                     "--heartbeat-interval", str(args.heartbeat_interval),
@@ -557,7 +329,9 @@ def parse_args(argv=None):
                         "prefilled with --events-before messages, each watcher replaying it whole: "
                         "nchan_subscriber_first_message oldest); not with --csse or --url")
     monitor.add_options(p)
+    bearer.add_options(p)
     args = p.parse_args(argv)
+    bearer.from_args(args)  # an unusable token option stops here
     if args.peer and (args.csse or args.url):
         p.error("--peer runs with the storm's own gateway and Python clients (no --csse, no --url)")
     args.dialect = "murmur"
@@ -569,7 +343,7 @@ def parse_args(argv=None):
 def nchan_storm(args, watching: monitor.Monitor, counts: str) -> dict:
     """The same storm against nginx+nchan: its buffer prefilled, every watcher replaying it."""
     peer = argparse.Namespace(**{**vars(args), "dialect": "nchan", "counts": counts})
-    with bench.Nchan(args, args.rate, args.workers, prefill=args.events_before) as server, \
+    with servers.Nchan(args, args.rate, args.workers, prefill=args.events_before) as server, \
             watching.following("nchan storm", pid=server.proc.pid, nchan_port=server.port, counts=counts):
         peer.url = f"http://127.0.0.1:{server.port}/replay"
         return {"server": "nchan", **storm(peer, server.proc.pid)}

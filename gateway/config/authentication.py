@@ -18,7 +18,7 @@ from typing import Any
 
 from gateway.config import jwt_keys
 from gateway.config.options import ConfigError, Jwt, TokenRule
-from gateway.config.file import section, table
+from gateway.config.file import did_you_mean, section, table
 from gateway.config.values import file_value, parse_nonnegative_int, shown
 from gateway.protocol.activation import METHODS
 
@@ -31,7 +31,8 @@ def _token(entry: Any, where: str, default_name: str) -> tuple[TokenRule | None,
     """One entry of the token table: its rule, or None and every problem it has, one line each."""
     if not isinstance(entry, dict):
         return None, [f"{where}: must be a table"]
-    problems = [f"{where} {key}: unknown setting; a token takes {', '.join(TOKEN_KEYS)}"
+    problems = [f"{where} {key}: unknown setting{did_you_mean(key, TOKEN_KEYS)}; a token takes "
+                f"{', '.join(TOKEN_KEYS)}"
                 for key in entry if key not in TOKEN_KEYS]
     name = entry.get("name", default_name)
     if not isinstance(name, str) or not name:

@@ -5,13 +5,16 @@ the ConfigError, never ignored, since a misspelt one would otherwise be dropped 
 (and in ``[network.authentication]`` a typo would open the door); so is a value of the wrong
 TOML type (a number in quotes: `config_values.file_value`). `section` reads a table of plain
 settings ([lifecycle], [inference], [network.authentication.jwt]) with every problem it
-holds; `table` checks a table's keys.
+holds; `table` checks a table's keys. A name close to a known one gets a "did you mean"
+(`did_you_mean`: difflib's likeness, as Python's own NameError suggestions).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import tomllib
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.config.options import OPTIONS, ConfigError
@@ -19,6 +22,17 @@ from gateway.config.values import file_value
 
 
 TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides the options
+# How alike (difflib's ratio, 0 to 1) a misspelt name and a known one must be for the known one to
+# be suggested: `audiance` (0.88) and `authenticaton` (0.96) pass; `max_turns` against
+# `max_task_reopens` (0.64), a different word, does not.
+TYPO_LIKENESS = 0.8
+
+
+def did_you_mean(name: str, known: Iterable[str], form: str = "{}") -> str:
+    """' (did you mean X?)' with the known name most like `name`, written in `form` as the file
+    would write it (`[network.{}]`), or '' when none is alike enough."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=TYPO_LIKENESS)
+    return f" (did you mean {form.format(close[0])}?)" if close else ""
 
 
 def read_file(path: str) -> dict:
@@ -47,10 +61,11 @@ def unknown_settings(data: dict) -> list[str]:
     for key, value in data.items():
         if key in TABLES or key in options:
             continue
-        lines.append(f"config {_spelled(key, value)}: unknown table; the file's tables are "
+        lines.append(f"config {_spelled(key, value)}: unknown table"
+                     f"{did_you_mean(key, TABLES, _spelled('{}', value))}; the file's tables are "
                      + ", ".join(f"[{t}]" for t in TABLES) if _is_table(value) else
-                     f"config {key}: unknown setting; the file takes the options by their long "
-                     "name (mur-gateway --help)")
+                     f"config {key}: unknown setting{did_you_mean(key, options)}; the file takes the "
+                     "options by their long name (mur-gateway --help)")
     return lines
 
 
@@ -75,8 +90,9 @@ def _table_at(data: dict, path: str) -> dict:
 def _unknown_keys(raw: dict, path: str, known: tuple[str, ...]) -> list[str]:
     """The keys of the table at `path` that are not `known`, one line each."""
     return [f"config {what}; [{path}] takes {', '.join(known)}" for what in (
-        f"{_spelled(path + '.' + name, value)}: unknown table" if _is_table(value)
-        else f"[{path}] {name}: unknown setting"
+        f"{_spelled(path + '.' + name, value)}: unknown table"
+        f"{did_you_mean(name, known, _spelled(path + '.{}', value))}" if _is_table(value)
+        else f"[{path}] {name}: unknown setting{did_you_mean(name, known)}"
         for name, value in raw.items() if name not in known)]
 
 

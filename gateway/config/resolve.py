@@ -24,7 +24,7 @@ from gateway.config import tls
 from gateway.config.options import (BY_NAME, ENV_PREFIX, KNOWN_ENV, OPTIONS, SECTIONS, Config, ConfigError,
                             Option, default_value, default_words)
 from gateway.config.authentication import jwt_table, token_rules
-from gateway.config.file import read_file, section, unknown_settings
+from gateway.config.file import did_you_mean, read_file, section, unknown_settings
 from gateway.config.values import file_value
 
 
@@ -109,8 +109,8 @@ def _rule_problems(values: dict[str, Any], origins: dict[str, tuple[str, str]]) 
 
 def _unknown_environment(environ: Mapping[str, str]) -> list[str]:
     """MUR_GATEWAY_* variables no option reads: refused like an unknown key of the file."""
-    return [f"{name}: unknown setting; the environment takes {ENV_PREFIX} and an option's long "
-            "name in capitals, - as _ (mur-gateway --help)"
+    return [f"{name}: unknown setting{did_you_mean(name, KNOWN_ENV)}; the environment takes {ENV_PREFIX} "
+            "and an option's long name in capitals, - as _ (mur-gateway --help)"
             for name in sorted(environ) if name.startswith(ENV_PREFIX) and name not in KNOWN_ENV]
 
 

@@ -115,9 +115,11 @@ TOKEN = f'name = "ops"\nsha256 = "{DIGEST}"\nscopes = ["*"]\n'
 
 STRICT_FILES = [  # (a file, the one line that refuses it)
     (f"[[network.authentication.token]]\n{TOKEN}",
-     "config [[network.authentication.token]]: unknown table; [network.authentication] takes tokens, jwt"),
+     "config [[network.authentication.token]]: unknown table (did you mean [[network.authentication.tokens]]?); "
+     "[network.authentication] takes tokens, jwt"),
     (f"[[network.authenticaton.tokens]]\n{TOKEN}",
-     "config [network.authenticaton]: unknown table; [network] takes authentication"),
+     "config [network.authenticaton]: unknown table (did you mean [network.authentication]?); "
+     "[network] takes authentication"),
     (f"[network.authentication.tokens]\n{TOKEN}",
      "config [network.authentication.tokens]: one table, where each token is an entry of the array "
      "[[network.authentication.tokens]] (two brackets)"),
@@ -137,14 +139,15 @@ STRICT_FILES = [  # (a file, the one line that refuses it)
      "config [[network.authentication.tokens]] #1 expires: '2027-01-01T00:00:00Z' is not a date-time "
      "with its offset; it accepts a TOML date-time such as 2027-01-01T00:00:00Z, unquoted"),
     (f"[[network.authentication.tokens]]\n{TOKEN}expire = 2027-01-01T00:00:00Z\n",
-     "config [[network.authentication.tokens]] #1 expire: unknown setting; "
+     "config [[network.authentication.tokens]] #1 expire: unknown setting (did you mean expires?); "
      "a token takes name, sha256, scopes, max_streams, expires"),
     (f"[[network.authentication.tokens]]\n{TOKEN}required = true\n",
      "config [[network.authentication.tokens]] #1 required: unknown setting; "
      "a token takes name, sha256, scopes, max_streams, expires"),
     ("[network]\nfoo = 1\n", "config [network] foo: unknown setting; [network] takes authentication"),
     ("[lifecyle]\nmax_queued_tasks = 8\n",
-     "config [lifecyle]: unknown table; the file's tables are [lifecycle], [inference], [network]"),
+     "config [lifecyle]: unknown table (did you mean [lifecycle]?); the file's tables are [lifecycle], "
+     "[inference], [network]"),
     (f'[[network.authentication.tokens]]\nname = "ops"\nsha256 = "{DIGEST}"\nscopes = ["GetTsk"]\n',
      "config [[network.authentication.tokens]] #1 scopes: 'GetTsk' is not a method this gateway "
      'serves; it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, '
@@ -379,7 +382,8 @@ ENTRY = "config [[network.authentication.tokens]] #"
 SERVED = ('it accepts "*" or SendStreamingMessage, SubscribeToTask, murmur.WatchSession, SendMessage, '
           "GetTask, ListTasks, CancelTask, murmur.StopSession, GetExtendedAgentCard, murgw.WatchOwnTasks")
 BAD_TOKEN_LINES = [
-    f"{ENTRY}2 expire: unknown setting; a token takes name, sha256, scopes, max_streams, expires",
+    f"{ENTRY}2 expire: unknown setting (did you mean expires?); a token takes name, sha256, scopes, max_streams, "
+    "expires",
     f"{ENTRY}2 name: '' is not a name; it accepts non-empty text",
     f"{ENTRY}2 sha256: must be the token's sha256 as 64 hex digits",
     f"{ENTRY}2 scopes: 'GetTsk' is not a method this gateway serves; {SERVED}",

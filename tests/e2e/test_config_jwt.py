@@ -143,8 +143,8 @@ def test_a_jwks_may_hold_keys_of_several_algorithms_each_verifying_its_own(tmp_p
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES999"]\n',
      f"{WHERE} algorithms: 'ES999' is not an algorithm; it accepts a non-empty array of "),
     ('[network.authentication.jwt]\nkey_file = "KEY"\nalgorithms = ["ES256"]\naudiences = "x"\n',
-     "config [network.authentication.jwt] audiences: unknown setting; [network.authentication.jwt] "
-     "takes key_file, algorithms, jwks_url, issuer, audience"),
+     "config [network.authentication.jwt] audiences: unknown setting (did you mean audience?); "
+     "[network.authentication.jwt] takes key_file, algorithms, jwks_url, issuer, audience"),
     ('[network.authentication.jwt]\nkey_file = "KEY"\njwks_url = "https://idp.example/jwks.json"\n'
      'algorithms = ["ES256"]\n', f"{WHERE}: key_file and jwks_url are two sources of keys; give one"),
     ('[network.authentication.jwt]\njwks_url = "http://idp.example/jwks.json"\nalgorithms = ["ES256"]\n',

@@ -27,8 +27,8 @@ UPSTREAM = "http://127.0.0.1:9"
     (["--sim-load-size", "100"], {},
      "--sim-load-size: takes effect only with --sim-load (a rate above 0), which is not set"),
     ([], {"MUR_GATEWAY_WROKERS": "2"},
-     "MUR_GATEWAY_WROKERS: unknown setting; the environment takes MUR_GATEWAY_ and an option's "
-     "long name in capitals, - as _ (mur-gateway --help)"),
+     "MUR_GATEWAY_WROKERS: unknown setting (did you mean MUR_GATEWAY_WORKERS?); the environment takes "
+     "MUR_GATEWAY_ and an option's long name in capitals, - as _ (mur-gateway --help)"),
 ])
 def test_an_option_that_would_do_nothing_stops_the_start(argv, env, line):
     assert refusal(*argv, env=env) == line

@@ -3,15 +3,18 @@
 One module-scoped fixture runs each command once, all at the same time, a few hundred
 watchers for a few seconds, against real servers (the gateway, and nginx+nchan where it is
 installed); every test reads those runs: the page and its SVG charts exist, the page renders
-in headless Chromium with every chart drawn and the table's figures equal to the run's own
-JSON, progress lines in a non-terminal run (none with --quiet), the peers in the same charts,
-and the charts' series equal to the recorded samples. No timing is asserted.
+in headless Chromium with every chart drawn and the table's figures (folded away) equal to the
+run's own JSON, the page leads with a summary whose every cell is the table's figure it names
+(issue 48), progress lines in a non-terminal run (none with --quiet), the peers in the same
+charts, the charts' series equal to the recorded samples, every plotted percentile the table's
+own (the same timed deliveries), and no series zero throughout. No timing is asserted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import html.parser
 import math
 import os
 import pty
@@ -25,15 +28,16 @@ import threading
 import time
 import types
 
+import matplotlib.pyplot as plt
 import orjson
 import pytest
 
 from helpers.gateway_harness import CSSE_BUILD, ROOT, GatewayOptions, require_tool
-from loadtest import bench
+from loadtest import bench, servers
 
 RUN_TIMEOUT = 240
 GROUP_GRACE = 5.0  # how long a command's process group has to leave after SIGTERM
-HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(bench.NCHAN_MODULE)
+HAVE_NCHAN = bool(shutil.which("nginx")) and os.path.exists(servers.NCHAN_MODULE)
 PAGE_CHARTS = {"ramp", "cpu", "rss"}  # drawn for every command; the others where the run has their data
 
 
@@ -236,6 +240,8 @@ def test_the_page_renders_every_chart_and_the_runs_figures(run, browser):
         "return arguments[0].complete", image) for image in images))
     for image in images:
         assert browser.execute_script("return arguments[0].naturalWidth", image) > 0, image.get_attribute("alt")
+    assert not browser.find_element(By.ID, "figures").is_displayed()  # the raw figures are folded away
+    browser.find_element(By.CSS_SELECTOR, "#raw > summary").click()
     heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#figures thead th")][1:]
     shown = {}
     for row in browser.find_elements(By.CSS_SELECTOR, "#figures tbody tr"):
@@ -333,31 +339,155 @@ def plotted(figure, label: str) -> list[tuple[float, float]]:
 
 
 def test_the_charts_plot_the_recorded_samples(runs):
-    """A recorded run's samples fed to the chart code: every line is those samples."""
-    from loadtest import monitor, report
+    """A recorded run fed to the chart code: every line is its samples, or its driver report."""
+    from loadtest import report
 
-    samples = recorded(runs["driver"])["samples"]
-    figures = report.charts(samples)
+    run = recorded(runs["driver"])
+    samples, result = run["samples"], run["result"]
+    figures = report.charts(run)
     label = samples[0]["series"]
     mine = [s for s in samples if s["series"] == label]
     began = next(s["t"] for s in mine if s["phase"] != "starting")  # x: seconds since the clients began
     for s in mine:
         s["x"] = round(s["t"] - began, 3)
     assert plotted(figures["ramp"], label) == [(s["x"], s["open"]) for s in mine]
-    assert plotted(figures["ramp"], label + " failed") == [(s["x"], s["failed"]) for s in mine]
+    assert max(y for _, y in plotted(figures["ramp"], label)) == 200
     assert plotted(figures["deliveries"], label) == interval_rates(
         [s["x"] for s in mine], [s["deliveries"] for s in mine])
     assert plotted(figures["cpu"], label) == interval_rates([s["x"] for s in mine],
                                                             [s["cpu_s"] for s in mine])
-    assert plotted(figures["rss"], label) == [(s["x"], s["rss_kib"] / 1024) for s in mine]
-    p99 = []
-    for before, after in zip(mine, mine[1:]):  # every timed delivery of the interval, by its bucket
-        timed = [bound for bound, a, b in zip([*monitor.LATENCY_BOUNDS_MS, monitor.LATENCY_BOUNDS_MS[-1] * 2],
-                                              before["latency_histogram"], after["latency_histogram"])
-                 for _ in range(b - a)]
-        if timed:
-            p99.append((after["x"], timed[math.ceil(0.99 * len(timed)) - 1]))
-    assert p99 and plotted(figures["latency"], label + " p99") == p99
-    assert max(y for _, y in plotted(figures["ramp"], label)) == 200
-    for figure in figures.values():
-        figure.clf()
+    # memory per watcher: from the driver's reading before, ending on the table's figure
+    memory = plotted(figures["rss"], label)
+    base, end = result["server_rss_kib_before"], result["window_ends_at"] - run["epoch"] - began
+    assert memory[:-1] == [(s["x"], round((s["rss_kib"] - base) / s["open"], 2)) for s in mine
+                           if 0 <= s["x"] < end and s.get("open")]
+    assert memory[-1] == (round(end, 3), round((result["server_rss_kib_connected"] - base) / result["opened"], 2))
+    plt.close("all")
+
+
+def percentile_lines(figure, label: str) -> tuple[list, list, list]:
+    return plotted(figure, label + " p50"), plotted(figure, label + " p99"), plotted(
+        figure, label + " p99 of the window (the table's)")
+
+
+@pytest.mark.parametrize("name", ["driver", "bench", "soak"])
+def test_every_plotted_percentile_is_the_tables_own(runs, name):
+    """Issue 48: the latency chart's percentiles are of the samples the table's are computed
+    from. Each second's p50 and p99 are the driver's report's, their counts add up to the
+    window's (every timed delivery is in one second), and the window's p99 drawn is the
+    table's; for the bench, the table's p99 at the large count is that run's."""
+    from loadtest import report
+
+    run = recorded(runs[name])
+    figures = report.charts(run)
+    drivers = [r for r in (run["result"] if name == "bench" else run["result"].get("cycles_detail", [run["result"]]))
+               if r.get("latency_ms_by_second")]
+    assert drivers
+    lines = [line for line in figures["latency"].axes[0].get_lines()]
+    for driver in drivers:
+        label = driver.get("label") or run["samples"][0]["series"]
+        seconds = [b for b in driver["latency_ms_by_second"] if b["count"]]
+        assert sum(b["count"] for b in seconds) == driver["latency_ms"]["count"]
+        drawn = [line for line in lines if line.get_label().lstrip("_") == label + " p99"]
+        assert [b["p99"] for b in seconds] in [list(line.get_ydata()) for line in drawn]
+        drawn = [line for line in lines if line.get_label().lstrip("_") == label + " p50"]
+        assert [b["p50"] for b in seconds] in [list(line.get_ydata()) for line in drawn]
+        window = [line for line in lines if line.get_label().lstrip("_") == label + " p99 of the window (the table's)"]
+        assert [driver["latency_ms"]["p99"]] * 2 in [list(line.get_ydata()) for line in window]
+    if name == "driver":
+        table = outcome_columns(run)["value"]
+        assert table["latency_ms.p99"] == drivers[0]["latency_ms"]["p99"]
+    if name == "bench":
+        large = next(r for r in drivers if r["system"] == "gateway" and r["scenario"] == "large")
+        assert outcome_columns(run)["gateway"]["latency p99 ms @ 200"] == large["latency_ms"]["p99"]
+    plt.close("all")
+
+
+def outcome_columns(run) -> dict[str, dict]:
+    """The run's table as column -> {figure: value}, read from run.json."""
+    names = run["figures"]["columns"]
+    return {name: {row[0]: row[1 + i] for row in run["figures"]["rows"]} for i, name in enumerate(names)}
+
+
+class SummaryCells(html.parser.HTMLParser):
+    """The page's #summary table: [(row, [(shown text, data-source)])]."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.heads, self.where, self.cell = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.where = "table" if attrs.get("id") == "summary" else None
+        elif self.where == "table" and tag == "th":
+            self.heads.append("")
+            self.cell = "head"
+        elif self.where == "table" and tag == "tbody":
+            self.where = "summary"
+        elif self.where == "summary" and tag == "tr":
+            self.rows.append(["", []])
+        elif self.where == "summary" and tag == "th" and self.rows:
+            self.cell = "th"
+        elif self.where == "summary" and tag == "td":
+            self.rows[-1][1].append(["", attrs.get("data-source")])
+        elif self.where == "summary" and tag == "span" and attrs.get("class") == "value":
+            self.cell = "value"
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "span"):
+            self.cell = None
+        if tag == "table":
+            self.where = None
+
+    def handle_data(self, data):
+        if self.cell == "head":
+            self.heads[-1] += data
+        elif self.cell == "th":
+            self.rows[-1][0] += data
+        elif self.cell == "value":
+            self.rows[-1][1][-1][0] += data
+
+
+def test_the_page_leads_with_the_outcome_and_it_is_the_runs_own(run):
+    """Issue 48: the page opens on a summary (opened, failed, exact, lost, p99, CPU, memory per
+    watcher, a column per server); each cell is the table's figure it names, or computed by the
+    rule it names, from run.json."""
+    text = (run.dir / "index.html").read_text()
+    assert text.index('id="summary"') < text.index('id="chart-') < text.index('<details id="raw">') < text.index(
+        'id="figures"')
+    parser = SummaryCells()
+    parser.feed(text)
+    record = recorded(run)
+    columns = outcome_columns(record)
+    shown = [column for column in parser.heads if column]
+    assert set(shown) <= set(columns) and shown  # the servers that ran (the table keeps every system's column)
+    columns = {column: columns[column] for column in shown}
+    rows = {row: cells for row, cells in parser.rows if row}
+    assert "watchers opened" in rows or run.argv[0] == "loadtest.soak"  # a soak's cycles each open their own
+    assert "latency p99 ms" in rows or run.argv[0] not in ("loadtest.driver", "loadtest.bench", "loadtest.soak")
+    for row, cells in rows.items():
+        assert len(cells) == len(columns)
+        for (shown, source), (column, figures) in zip(cells, columns.items()):
+            if not source:
+                assert shown == "–", (row, column)
+            elif source in figures:
+                assert cell_matches(shown, figures[source]), (row, column, source, shown)
+            elif source.startswith("unexplained holes"):
+                holes = figures.get("unexplained_holes", figures.get("ids_holes"))
+                disorder = figures.get("order_violations", figures.get("ids_nonascending"))
+                assert shown == ("yes" if holes == 0 and disorder == 0 else "no"), (row, column)
+            else:
+                assert source.startswith("(server_rss_kib_connected"), source
+                value = (figures["server_rss_kib_connected"] - figures["server_rss_kib_before"]) / figures["opened"]
+                assert cell_matches(shown, round(value, 2)), (row, column, shown)
+
+
+def test_no_chart_draws_a_series_that_is_zero_throughout(run):
+    """Issue 48: the ramp's legend had its all-zero "failed" lines, the lost chart an all-zero series."""
+    from loadtest import report
+
+    for name, figure in report.charts(recorded(run)).items():
+        for line in figure.axes[0].get_lines():
+            assert any(y for y in line.get_ydata() if y is not None), (name, line.get_label())
+    plt.close("all")
