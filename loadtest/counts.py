@@ -47,7 +47,7 @@ class Counts:
         total = [0] * len(COUNT_FIELDS)
         for slot in range(self.slots):
             total = [a + b for a, b in zip(total, _SLOT.unpack_from(self.map, _HEADER.size + slot * _SLOT.size))]
-        counts = dict(zip(COUNT_FIELDS, total))
+        counts: dict = dict(zip(COUNT_FIELDS, total))
         counts.update(phase=PHASES[phase], phase_ends=ends / 1000 if ends else None, target=target)
         return counts
 

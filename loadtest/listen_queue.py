@@ -77,7 +77,7 @@ class QueueSampler(threading.Thread):
 
 
 def sysctls() -> dict:
-    values = {}
+    values: dict[str, int | None] = {}
     for name in ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.ipv4.tcp_syncookies"):
         try:
             with open("/proc/sys/" + name.replace(".", "/")) as fh:

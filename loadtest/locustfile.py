@@ -115,9 +115,11 @@ class SSEUser(FastHttpUser):
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         opened = time.monotonic()
         self.opened_at = time.time()
-        resp = self.client.request("POST", "/", data=body, stream=True, name=method,
-                                   headers={**self.post_headers(), **(headers or {})})
-        if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("text/event-stream"):
+        resp = self.client.request(
+            "POST", "/", data=body, stream=True, name=method,  # type: ignore[arg-type]  # locust's stubs: bytes work
+            headers={**self.post_headers(), **(headers or {})})
+        content_type = resp.headers.get("content-type", "") if resp.headers is not None else ""
+        if resp.status_code != 200 or not str(content_type).startswith("text/event-stream"):
             return
         interval = self.environment.parsed_options.heartbeat_interval if self.environment.parsed_options else 15.0
         last_beat = opened
@@ -171,7 +173,8 @@ class SubscribeUser(SSEUser):
     def load_task_id(self) -> str | None:
         """The `--sim-load` task: the oldest working task (ids are time-ordered)."""
         body = orjson.dumps({"jsonrpc": "2.0", "id": "list", "method": "ListTasks", "params": {}})
-        resp = self.client.request("POST", "/", data=body, name="ListTasks", headers=self.post_headers())
+        resp = self.client.request("POST", "/", data=body, name="ListTasks",  # type: ignore[arg-type]  # as above
+                                   headers=self.post_headers())
         tasks = ((orjson.loads(resp.content or b"{}").get("result") or {}).get("tasks")) or []
         working = [t["id"] for t in tasks if t["status"]["state"] == "TASK_STATE_WORKING"]
         return min(working) if working else None

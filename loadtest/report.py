@@ -211,11 +211,13 @@ def charts(run: dict) -> dict:
               (label, " p50", "-", (report["xs"], [b["p50"] for b in report["seconds"]])),
               (label, " p99", "--", (report["xs"], [b["p99"] for b in report["seconds"]])),
               (label, " p99 of the window (the table's)", ":", window))])
-    chart("cpu", "Server CPU (its whole process tree)", "cores", [(l, "", "-", cpu_cores(samples, l)) for l in names])
+    chart("cpu", "Server CPU (its whole process tree)", "cores",
+          [(name, "", "-", cpu_cores(samples, name)) for name in names])
     reports = {r["label"]: r for r in outcome.runs(run.get("result"), names[0] if names else "run")
                if "window_ends_at" in r and "epoch" in run}
     chart("rss", "Server memory per open watcher (RSS above before the clients began)", "KiB",
-          [(l, "", "-", memory_per_watcher(samples, l, reports.get(l), run.get("epoch", 0.0))) for l in names],
+          [(name, "", "-", memory_per_watcher(samples, name, reports.get(name), run.get("epoch", 0.0)))
+           for name in names],
           [lambda ax: table_memory(ax, run, colour)])
     if run.get("storm"):
         lines = []
@@ -223,9 +225,9 @@ def charts(run: dict) -> dict:
             xs, ys, what = replayed(samples, label)
             lines.append((label, f" ({what})", "-", (xs, ys)))
         chart("replay", "Watchers whose replay is complete", "watchers", lines)
-    chart("lost", "Events lost to lag (cumulative)", "events", [(l, "", "-", lost(samples, l)) for l in names])
+    chart("lost", "Events lost to lag (cumulative)", "events", [(name, "", "-", lost(samples, name)) for name in names])
     chart("jitter", "Heartbeat jitter p99 per interval (estimated from the gateway's histogram, "
-          "as Prometheus's histogram_quantile)", "ms", [(l, "", "-", jitter_p99(samples, l)) for l in names])
+          "as Prometheus's histogram_quantile)", "ms", [(name, "", "-", jitter_p99(samples, name)) for name in names])
     return out
 
 

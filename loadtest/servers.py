@@ -102,7 +102,8 @@ class ServerProcess:
     """A server started from `self.cmd` on `self.port`, stopped on exit."""
 
     def __enter__(self):
-        self.proc = subprocess.Popen(pinned(self.cmd, self.args.server_cpus), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(pinned(self.cmd, self.args.server_cpus), cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.proc)
         return self
 

@@ -108,7 +108,8 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
                             "--out", out, args.url], args.client_cpus)
         started = time.monotonic()
         spy = profile(args, supervisor_pid)
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120,
+                       check=False)
         wall = time.monotonic() - started
         if spy is not None:
             spy.wait(timeout=args.profile_seconds + 60)
@@ -122,8 +123,10 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
     every_replay = (received >= owed and reader.get("gap_frames") == args.watchers
                     and not reader.get("closed_by_server") and not reader.get("errors"))
     # With no live events (--rate 0) the reader stops 2 s after the last event: the last replay's end.
-    replayed_by = reader.get("connect_wall_s", 0) + max(0, reader.get("last_event_ns", 0) - reader.get("t_go_ns", 0)) / 1e9
-    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total", "per_conn_events_min",
+    replayed_by = (reader.get("connect_wall_s", 0)
+                   + max(0, reader.get("last_event_ns", 0) - reader.get("t_go_ns", 0)) / 1e9)
+    keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
+            "per_conn_events_min",
             "per_conn_events_max", "stop_reasons", "errors", "ids_span_total", "ids_holes_total",
             "ids_holes_announced", "ids_conns_with_holes", "ids_nonascending", "lagged_frames", "gap_frames",
             "lagged_missed_total", "client_cpu_total_s")
@@ -135,7 +138,8 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
             "loop_stall": histogram_over(before["stall"], after["stall"]),  # the worst pulse: the longest stall
             "worker_restarts": int(after["restarts"] - before["restarts"]),
             "events_lost_to_lag": int(after["lost_to_lag"] - before["lost_to_lag"]),
-            "writes_per_event": round((after["sends"] - before["sends"]) / max(1.0, after["delivered"] - before["delivered"]), 4),
+            "writes_per_event": round((after["sends"] - before["sends"])
+                                      / max(1.0, after["delivered"] - before["delivered"]), 4),
             "reader": {key: reader.get(key) for key in keys}}
 
 
@@ -152,7 +156,8 @@ def csse_nchan_storm(args) -> dict:
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
                             "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
                             "--out", out, nchan.url.replace("/sub", "/replay")], args.client_cpus)
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120, check=False)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120,
+                       check=False)
         with open(out, "rb") as fh:
             reader = orjson.loads(fh.read())
     keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",

@@ -78,6 +78,9 @@ class Watcher(asyncio.Protocol):
     monotonic times the TCP connection was made and the first numbered event arrived (the
     first replayed one, when the buffer held any)."""
 
+    started_at: float  # storm.py's: when it began to connect
+    head_at: float  # storm.py's: when its response head was read
+
     def __init__(self, tally: Tally, request: bytes, dialect: str, resume_from: int = 0):
         self.tally, self.request = tally, request
         self.check = self._check_murmur if dialect == "murmur" else self._check_nchan
@@ -293,7 +296,7 @@ async def open_watcher(watcher: Watcher, host: str, port: int, deadline: float) 
                                max(0.1, deadline - loop.time()))
         stage = "head"
         await asyncio.wait_for(watcher.opened, max(0.1, deadline - loop.time()))
-    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+    except (TimeoutError, OSError, ConnectionError) as exc:
         watcher.close()
         return failure_reason(exc, stage)
     except asyncio.CancelledError:
