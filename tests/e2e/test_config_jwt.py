@@ -20,7 +20,7 @@ from gateway.config import jwt_keys
 from gateway.worker.door.bearer_jwt import JwtVerifier
 from gateway.worker.door.jwt_claims import TokenProblem
 from helpers.gateway_harness import judged, running_gateway, start_refusal
-from helpers.jwt_tokens import KeyPair, jwt_table
+from helpers.jwt_tokens import KeyPair, Tally, jwt_table
 
 KEYS = KeyPair()
 WHERE = "config [network.authentication.jwt]"
@@ -179,16 +179,6 @@ def test_a_jwt_table_alone_opens_an_authenticated_door(tmp_path):
     loaded = config_resolve.load(["--config", str(path)], environ={})
     assert loaded.tokens == () and loaded.authenticated and loaded.jwt.algorithms == ("ES256",)
     assert config.Config.from_dict(loaded.to_dict()) == loaded  # as the workers get it
-
-
-class Tally:
-    """The verifier's counters, kept in a dict (a worker's are its shared-memory block)."""
-
-    def __init__(self):
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def add(self, name: str, n: int = 1, label: str = "") -> None:
-        self.counts[(name, label)] = self.counts.get((name, label), 0) + n
 
 
 def verifier(key: bytes, algorithm: str) -> JwtVerifier:

@@ -14,7 +14,7 @@ import pytest
 from helpers.gateway_harness import ROOT, require_tool, running_gateway
 from helpers.http_client import user_message
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
-from loadtest.bench import free_port, stop, wait_for_port
+from loadtest.servers import free_port, stop, wait_for_port
 
 pytestmark = pytest.mark.env
 

@@ -20,7 +20,7 @@ SUGGESTED = [  # (the file, the one problem it has)
      "[network] takes authentication"),
     ('[network.authentication.jwt]\nkey_file = "k"\naudiance = "x"\n',
      "config [network.authentication.jwt] audiance: unknown setting (did you mean audience?); "
-     "[network.authentication.jwt] takes key_file, algorithms, issuer, audience"),
+     "[network.authentication.jwt] takes key_file, algorithms, jwks_url, issuer, audience"),
     ("[[network.authentication.token]]\n",
      "config [[network.authentication.token]]: unknown table (did you mean "
      "[[network.authentication.tokens]]?); [network.authentication] takes tokens, jwt"),

@@ -5,6 +5,8 @@ options that cannot work refused before a client starts."""
 
 from __future__ import annotations
 
+import hashlib
+
 import argparse
 
 import pytest
@@ -13,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gateway.config.options import Jwt
 from gateway.worker.door.bearer_jwt import JwtVerifier
+from helpers.jwt_tokens import Tally
 from loadtest import bearer
 
 pytestmark = pytest.mark.unit
@@ -36,12 +39,16 @@ def test_a_static_token_is_every_users_and_no_token_sends_no_header(tmp_path, mo
     assert door(tmp_path).token_for(3) == "from-env"
 
 
+def verify(verifier: JwtVerifier, token: str):
+    return verifier.verify(token, hashlib.sha256(token.encode()).hexdigest())
+
+
 def test_each_user_gets_a_jwt_of_its_own_that_the_door_verifies(tmp_path):
     (tmp_path / "hs.secret").write_bytes(SECRET + b"\n")
     minted = door(tmp_path, "--jwt-key", "TMP/hs.secret", "--jwt-scope", "murmur.WatchSession",
                   "--jwt-audience", "murmur-gateway")
-    verifier = JwtVerifier(Jwt(algorithms=("HS256",), audience="murmur-gateway", key=SECRET.decode("latin-1")))
-    first, second = verifier.verify(minted.token_for(1)), verifier.verify(minted.token_for(2))
+    verifier = JwtVerifier(Jwt(algorithms=("HS256",), audience="murmur-gateway", key=SECRET.decode("latin-1")), Tally())
+    first, second = verify(verifier, minted.token_for(1)), verify(verifier, minted.token_for(2))
     assert (first.name, second.name) == ("load-1", "load-2") and first.scopes == ("murmur.WatchSession",)
     assert minted.mode == "jwt"
 
@@ -53,7 +60,8 @@ def test_an_es256_jwt_is_signed_with_the_private_key_the_gateway_holds_the_publi
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
                                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     minted = door(tmp_path, "--jwt-key", "TMP/app.pem", "--jwt-algorithm", "ES256", "--jwt-issuer", "https://app")
-    rule = JwtVerifier(Jwt(algorithms=("ES256",), issuer="https://app", key=public)).verify(minted.token_for(9))
+    rule = verify(JwtVerifier(Jwt(algorithms=("ES256",), issuer="https://app", key=public),
+                       Tally()), minted.token_for(9))
     assert rule is not None and rule.name == "load-9" and rule.scopes == ("*",)
 
 
