@@ -42,12 +42,16 @@ REFUSAL_REASONS = {400: "bad_request", 401: "unauthenticated", 403: "forbidden",
                    501: "not_implemented", 503: "capacity", 505: "version_not_supported"}
 AMBIGUOUS = "ambiguous"  # request smuggling's forms, two Authorization headers
 REFUSAL_LABELS = (*REFUSAL_REASONS.values(), AMBIGUOUS)
+IDLE_GAUGE = "connections_idle"  # the front's and hypercorn's connections with no request or stream
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
     "events_written": ("counter", "Events the sequencer wrote to the ring.", None, ()),
     "connections_open": ("gauge", "Open streaming connections.", "endpoint", ENDPOINTS),
     "connections": ("counter", "Streaming connections opened.", "endpoint", ENDPOINTS),
+    IDLE_GAUGE: ("gauge", "Connections held that belong to no request or stream: waiting for a request head, "
+                 "HTTP/2 with no open stream, or closing with answers unsent (SECURITY.md, connection states).",
+                 None, ()),
     "events_delivered": ("counter", "Numbered events written to connections.", "endpoint", ENDPOINTS),
     "sends": ("counter", "Batched writes to connections (one per wake-up per connection).",
               "endpoint", ENDPOINTS),
