@@ -96,7 +96,8 @@ def test_an_h2_preface_alone_is_closed_with_goaway(gateway):
 
 
 def test_a_tls_h2_preface_alone_is_closed_with_goaway(tls_gateway, certs):
-    """ALPN `h2`, the preface, then nothing: GOAWAY and the close, as on the plain port."""
+    """[claim: h2-idle] ALPN `h2`, the preface, then nothing: GOAWAY and the close, as on the
+    plain port."""
     raw = socket.create_connection(("127.0.0.1", tls_gateway.port), timeout=READ_DEADLINE)
     with certs.client_context(["h2"]).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
         assert sock.selected_alpn_protocol() == "h2"
