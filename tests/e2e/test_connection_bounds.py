@@ -27,6 +27,7 @@ import orjson
 import pytest
 
 from helpers.gateway_harness import GatewayOptions, ROOT, not_json, running_gateway, scrape, wait_for
+from helpers.http_client import rpc_body
 from helpers.raw_http import read_answer
 from helpers.sse_reading import SSEStream, WATCH
 
@@ -105,22 +106,55 @@ def test_a_tls_h2_preface_alone_is_closed_with_goaway(tls_gateway, certs):
         assert goaway(read_to_end(sock)) == (0, 0)
 
 
+def h2c(port: int) -> tuple[socket.socket, h2.connection.H2Connection]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=READ_DEADLINE)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    conn.initiate_connection()
+    return sock, conn
+
+
+def events_to_end(sock: socket.socket, conn: h2.connection.H2Connection) -> list[h2.events.Event]:
+    """What the server sends until it closes, as h2 events."""
+    events = []
+    while data := read_to_end(sock):
+        events += conn.receive_data(data)
+    return events
+
+
+def goaways(events: list[h2.events.Event]) -> list[tuple[int, int]]:
+    return [(e.last_stream_id, e.error_code) for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+
+
 def test_an_h2_connection_is_closed_after_its_last_stream_ends(gateway):
-    """A stream answered, then nothing: --header-timeout after its end, GOAWAY naming it as the
-    last stream processed, then the close."""
-    with socket.create_connection(("127.0.0.1", gateway.port), timeout=READ_DEADLINE) as sock:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-        conn.initiate_connection()
+    """[claim: h2-idle] A stream answered, then nothing: --header-timeout after its end, GOAWAY
+    naming it as the last stream processed, then the close."""
+    sock, conn = h2c(gateway.port)
+    with sock:
         conn.send_headers(1, [(b":method", b"GET"), (b":path", b"/healthz"), (b":scheme", b"http"),
                               (b":authority", b"127.0.0.1")], end_stream=True)
         sock.sendall(conn.data_to_send())
+        events = events_to_end(sock, conn)
+    assert [e.stream_id for e in events if isinstance(e, h2.events.StreamEnded)] == [1]
+    assert goaways(events) == [(1, 0)]
+
+
+def test_an_h2_connection_is_closed_after_its_client_resets_its_last_stream(gateway):
+    """[claim: h2-idle] A watch stream its client resets (`RST_STREAM`), then nothing: the
+    connection is idle from the reset on, and ends with GOAWAY and the close."""
+    sock, conn = h2c(gateway.port)
+    with sock:
+        body = rpc_body(WATCH, {})
+        conn.send_headers(1, [(b":method", b"POST"), (b":path", b"/"), (b":scheme", b"http"),
+                              (b":authority", b"127.0.0.1"), (b"content-type", b"application/json"),
+                              (b"a2a-version", b"1.0"), (b"content-length", str(len(body)).encode())])
+        conn.send_data(1, body, end_stream=True)
+        sock.sendall(conn.data_to_send())
         events = []
-        while data := read_to_end(sock):
-            events += conn.receive_data(data)
-        ended = [e for e in events if isinstance(e, h2.events.StreamEnded)]
-        closed = [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
-        assert [e.stream_id for e in ended] == [1]
-        assert [(e.last_stream_id, e.error_code) for e in closed] == [(1, 0)]
+        while not any(isinstance(e, h2.events.DataReceived) for e in events):  # the stream is open
+            events += conn.receive_data(sock.recv(65536))
+        conn.reset_stream(1)
+        sock.sendall(conn.data_to_send())
+        assert goaways(events_to_end(sock, conn)) == [(1, 0)]
 
 
 def test_never_reading_pipelines_are_released_with_their_descriptors(gateway):

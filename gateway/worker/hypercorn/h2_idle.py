@@ -8,7 +8,8 @@ its h11 part reads the preface's `PRI * HTTP/2.0` as a request and stops the tas
 switches to HTTP/2, and nothing starts it again until a stream ends: 24 bytes and silence held
 a connection for ever (issue 47; 2,000 of them took a worker's descriptors). `initiate` says
 the new HTTP/2 protocol is idle as soon as it starts, whichever way it started (prior
-knowledge, ALPN `h2`), so the task runs from the preface on.
+knowledge, ALPN `h2`), so the task runs from the preface on; `idle_again` says it again when a
+stream's close leaves none open, however the stream ended.
 
 At the timeout hypercorn only closed the transport. `idle_timeout` sends GOAWAY (NO_ERROR,
 the last stream it processed) first, as RFC 9113 §6.8 asks of a server that ends a connection,
@@ -42,6 +43,14 @@ async def initiate(self: H2Protocol, headers=None, settings=None) -> None:
     """`H2Protocol.initiate`, then the idle task started: a connection with no stream is idle."""
     await _original_initiate(self, headers, settings)
     if self.idle:
+        await self.send(Updated(idle=True))
+
+
+async def idle_again(self: H2Protocol) -> None:
+    """After a stream is closed (h2_backpressure.close_stream): a connection left with none is
+    idle. hypercorn said so only when the stream's app ended on a stream still open, so a stream
+    its client reset (`RST_STREAM`) left the connection counted busy, its idle task stopped, for ever."""
+    if self.idle and not self.closed:
         await self.send(Updated(idle=True))
 
 
