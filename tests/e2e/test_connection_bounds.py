@@ -23,6 +23,7 @@ import sys
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import orjson
 import pytest
 
@@ -41,6 +42,7 @@ CARD = b"GET /.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\n\r\n"
 PIPELINE = CARD * 20_000  # 1 MB: more than the kernel's buffers on both ends hold
 PIPELINES_DEADLINE = 240.0  # 100 pipelines answered on a shared machine: seconds, given minutes
 IDLE = "murgw_connections_idle"
+WIDEST = 2**31 - 1  # the largest HTTP/2 flow-control window
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +187,31 @@ def test_never_reading_pipelines_are_released_with_their_descriptors(gateway):
     finally:
         for sock in pipelines:
             sock.close()
+
+
+def test_an_h2_connection_closing_with_unsent_answers_is_released(gateway):
+    """[claim: closing-grace] An HTTP/2 client opens every window wide, asks for 90 agent cards
+    on one connection, never reads, and sends GOAWAY: hypercorn closes the connection with
+    answers unsent, and CLOSE_GRACE_SECONDS later it is aborted, its descriptor back."""
+    before = worker_fds(gateway)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gateway.port))
+    with sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WIDEST})
+        conn.initiate_connection()
+        conn.increment_flow_control_window(WIDEST - 65535)  # the connection's own, to the widest
+        for _ in range(90):
+            conn.send_headers(conn.get_next_available_stream_id(), [
+                (b":method", b"GET"), (b":path", b"/.well-known/agent-card.json"), (b":scheme", b"http"),
+                (b":authority", b"127.0.0.1")], end_stream=True)
+        sock.sendall(conn.data_to_send())
+        wait_for(lambda: worker_fds(gateway) > before, READ_DEADLINE, "the connection accepted")
+        conn.close_connection()
+        sock.sendall(conn.data_to_send())
+        wait_for(lambda: worker_fds(gateway) <= before, READ_DEADLINE, "the unread connection's descriptor released")
 
 
 def test_the_idle_gauge_counts_connections_with_no_request_or_stream(tmp_path):
