@@ -72,13 +72,13 @@ def _traceback(kind, value, tb) -> str:
 class _Records(logging.Handler):
     """A `logging` record as one of the gateway's lines: its level, message and logger."""
 
-    def __init__(self, routed: "Logger"):
+    def __init__(self, routed: Logger):
         super().__init__()
         self.routed = routed
 
     def emit(self, record: logging.LogRecord) -> None:
-        level = "debug" if record.levelno < logging.INFO else "info" if record.levelno < logging.WARNING \
-            else "warning" if record.levelno < logging.ERROR else "error"
+        level = max((name for name, number in LEVELS.items() if number <= record.levelno),
+                    key=LEVELS.__getitem__, default="debug")
         fields = {"logger": record.name}
         if record.exc_info and record.exc_info[0] is not None:
             fields["exc"] = _traceback(*record.exc_info)
