@@ -8,14 +8,23 @@ A process whose loop writes many lines a turn (a worker: two access-log lines a 
 a reconnect storm opens dozens a turn) calls `per_turn(loop)`: its lines are then written
 together once the turn's callbacks have run, one write for them all, rather than one write
 and flush each; `flush` writes what waits (a process's last act).
+
+`setup` routes what Python and the libraries would print to stderr as plain text through
+the same lines: records of the standard `logging` module (asyncio's "Exception in callback",
+uvloop's and hypercorn's warnings), `warnings.warn`, and exceptions no code caught (the main
+thread's, another thread's, one raised where Python can only report it: `__del__`, a
+callback of the garbage collector). Each is one line, its traceback in an `exc` field, so a
+pipeline that parses every line never meets one that is not JSON (SECURITY.md, logs).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
+import traceback
 
 import orjson
 
@@ -36,10 +45,48 @@ def _forget_parent() -> None:
 os.register_at_fork(after_in_child=_forget_parent)
 
 
-def setup(level: str) -> None:
-    """The lowest level written (each process calls it once, at start)."""
+def setup(level: str, role: str) -> None:
+    """The lowest level written, and what Python and the libraries report routed through
+    `role`'s lines (each process calls it once, at start)."""
     global _threshold
     _threshold = LEVELS[level]
+    routed = get(role)
+    handler = _Records(routed)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LEVELS[level])
+    logging.captureWarnings(True)  # warnings.warn: a record of the `py.warnings` logger
+    sys.excepthook = lambda kind, value, tb: routed.error("uncaught exception", exc=_traceback(kind, value, tb))
+    threading.excepthook = lambda hook: routed.error(
+        "uncaught exception in a thread", thread=getattr(hook.thread, "name", None),
+        exc=_traceback(hook.exc_type, hook.exc_value, hook.exc_traceback))
+    sys.unraisablehook = lambda hook: routed.error(
+        "exception ignored", where=hook.err_msg or None, object=repr(hook.object),
+        exc=_traceback(hook.exc_type, hook.exc_value, hook.exc_traceback))
+
+
+def _traceback(kind, value, tb) -> str:
+    return "".join(traceback.format_exception(kind, value, tb)).rstrip("\n")
+
+
+class _Records(logging.Handler):
+    """A `logging` record as one of the gateway's lines: its level, message and logger."""
+
+    def __init__(self, routed: Logger):
+        super().__init__()
+        self.routed = routed
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = max((name for name, number in LEVELS.items() if number <= record.levelno),
+                    key=LEVELS.__getitem__, default="debug")
+        fields = {"logger": record.name}
+        if record.exc_info and record.exc_info[0] is not None:
+            fields["exc"] = _traceback(*record.exc_info)
+        try:
+            message = record.getMessage()
+        except Exception as error:  # a library's record whose arguments do not fit its format
+            message = f"{record.msg!r} {record.args!r} ({error!r})"
+        self.routed._write(level, message, fields)
 
 
 def per_turn(loop) -> None:

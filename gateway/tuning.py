@@ -165,6 +165,14 @@ JWKS_REFRESH_SECONDS = 300.0
 JWKS_STALE_SECONDS = 5.0
 JWKS_FETCH_SECONDS = 10.0
 
+# A connection the gateway closes keeps what it has not sent for at most this long, then is
+# aborted (gateway/worker/http/transport_sink.py `close`, hypercorn's closes: h2_idle.py):
+# uvloop keeps a closed transport until its write buffer drains, so a client that pipelines
+# and never reads held its connection, its descriptor and its answers for as long as it
+# liked. A live client drains a closing answer (at most a write buffer above the kernel's)
+# in far less; a bound chosen, not measured (SECURITY.md, connection states).
+CLOSE_GRACE_SECONDS = 5.0
+
 # How often a worker looks for a reload the sequencer announced (gateway/worker/reload.py),
 # per heartbeat interval: a reload is seen within a quarter of one, so a revoked token's
 # streams end within one interval (docs/operations.md, "Reloading"); a bound chosen, not measured.

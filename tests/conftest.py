@@ -2,7 +2,8 @@
 
 `gateway` is the one module-scoped gateway a file's tests share: a real `python -m gateway`
 on an ephemeral port, ended by PID with every child it has (gateway_harness.running_gateway)
-once the file's last test is done, failed or not. What it runs with is the `gateway_options`
+once the file's last test is done, failed or not; every line it wrote to stderr must be one
+JSON object, or its last test fails (gateway_harness.not_json). What it runs with is the `gateway_options`
 fixture: a file whose gateway differs overrides that fixture with its own (parametrise it to
 run the file's tests against each kind), and tests that need a gateway of their own start one
 with `running_gateway` inside the test.

@@ -213,5 +213,5 @@ def main(config_dict: dict, ring_segment: Handle, counters_segment: Handle, cont
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
-    logs.setup(config.log_level)
+    logs.setup(config.log_level, "sequencer")
     uvloop.run(serve(config, ring_segment, counters_segment, control_path, wake_socks))

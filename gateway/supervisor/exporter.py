@@ -15,6 +15,7 @@ import platform
 import signal
 import socket
 import threading
+import traceback
 import urllib.parse
 from http.server import ThreadingHTTPServer
 from typing import Iterable
@@ -22,7 +23,7 @@ from typing import Iterable
 from prometheus_client import CollectorRegistry, MetricsHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from gateway import version
+from gateway import logs, version
 from gateway.common import metrics
 from gateway.common import procstat
 from gateway.common.board import Board
@@ -148,9 +149,16 @@ class MetricsServer(ThreadingHTTPServer):
         self.socket.close()  # the one socketserver made; the supervisor's serves instead
         self.socket = listener
 
+    def handle_error(self, request, client_address) -> None:
+        """A request that failed (most often its client gone mid-answer): one log line, not
+        socketserver's plain-text traceback on stderr (SECURITY.md, logs)."""
+        logs.get("exporter").warning("metrics request failed", client=client_address[0],
+                                     exc=traceback.format_exc().rstrip("\n"))
+
 
 def main(listener: socket.socket, ring_segment: Handle, counters_segment: Handle) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logs.setup("warning", "exporter")  # it logs nothing of its own: what Python and libraries report
     ring = Ring.attach(ring_segment)
     blocks = CounterBlocks.attach(counters_segment)
     registry = CollectorRegistry(auto_describe=False)

@@ -378,7 +378,7 @@ class Supervisor:
 def run(config: Config, argv: list[str] | None = None) -> int:
     """`argv`: the command line `config` was loaded from, read again at each SIGHUP."""
     check_platform()
-    logs.setup(config.log_level)
+    logs.setup(config.log_level, "supervisor")
     supervisor = Supervisor(config, argv)
     proctitle.name(f"supervisor {supervisor.address}")
     signal.signal(signal.SIGTERM, supervisor.on_signal)

@@ -81,7 +81,7 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: H
     """Process entry point (spawn context)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor drives shutdown
     config = Config.from_dict(config_dict)
-    logs.setup(config.log_level)
+    logs.setup(config.log_level, "worker")
     if os.environ.get(TEST_EXIT_ENV):
         logs.get("worker").error("exiting at start", worker=index, hook=TEST_EXIT_ENV)
         sys.exit(3)

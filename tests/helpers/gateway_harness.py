@@ -1,8 +1,9 @@
 """The real gateway as a subprocess for the tests: started on an ephemeral port, always ended
-by PID (SIGTERM, then SIGKILL) with every child it has, even when the test fails; a start that
-must be refused, --check and --print-config under an audit hook that forbids binding and
-spawning; the conditions a test waits on instead of sleeping, the processes and memory a
-gateway leaves, its metrics scrape, and gateway B in front of an upstream gateway A."""
+by PID (SIGTERM, then SIGKILL) with every child it has, even when the test fails, and held to
+one JSON object a line on stderr (`not_json`); a start that must be refused, --check and
+--print-config under an audit hook that forbids binding and spawning; the conditions a test
+waits on instead of sleeping, the processes and memory a gateway leaves, its metrics scrape,
+and gateway B in front of an upstream gateway A."""
 
 from __future__ import annotations
 
@@ -124,6 +125,8 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        with open(stderr_path, "rb") as fh:
+            written = fh.read()
         if not tmp_path:  # a log of our own making: gone with the gateway
             shutil.rmtree(stderr_dir, ignore_errors=True)
         # The segments are memfds and the control socket is abstract: nothing to remove,
@@ -132,6 +135,27 @@ def running_gateway(*args: str, workers: int = 2, heartbeat: float = HEARTBEAT, 
         for path in glob.glob(f"/dev/shm/murgw-{proc.pid}-*"):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+    # reached only when the test passed: a failing test's own error is not hidden by this one
+    assert not (lines := not_json(written)), f"the gateway wrote lines to stderr that are not JSON objects: {lines}"
+
+
+def not_json(stderr: bytes) -> list[bytes]:
+    """The lines of a gateway's stderr that are not one JSON object each (SECURITY.md, logs).
+
+    Every gateway `running_gateway` starts is held to it once the test passes, whatever the
+    test looked at. The one plain form a gateway writes is a start refusal (`mur-gateway:
+    …`, exit 2, before logging is set up: gateway/config/check.py), and such a gateway never
+    prints its address: `running_gateway` raises before its test runs, and `refused_start`
+    (below) reads that line, so no exception is made here."""
+    bad = []
+    for line in stderr.splitlines():
+        try:
+            if isinstance(orjson.loads(line), dict):
+                continue
+        except orjson.JSONDecodeError:
+            pass
+        bad.append(line)
+    return bad
 
 
 def _read_addresses(proc: subprocess.Popen, metrics: bool) -> tuple[int, int | None]:

@@ -23,7 +23,11 @@ what moves it on):
   HTTP/1.0, `Connection: close`, the keep-alive limit, a client's EOF).
 - STREAM: the client's bytes ignored; its EOF or reset ends the stream; left at the stream's
   end (the hub's): CLOSED.
-- CLOSED: the client's bytes ignored.
+- CLOSED: the client's bytes ignored; left when its answers' bytes are sent, or
+  CLOSE_GRACE_SECONDS pass (gateway/tuning.py): the abort.
+
+A connection in HEAD or CLOSED belongs to no request or stream: it counts in the worker's
+`connections_idle` gauge (gateway/common/metrics.py) until it moves on or is gone.
 
 Flow control, as h11 and uvicorn do it: while the transport's write buffer is above its
 high-water mark (the client is not reading its answers), the connection is not read and no
@@ -45,6 +49,7 @@ import asyncio
 from functools import partial
 
 from gateway import logs
+from gateway.common.metrics import IDLE_GAUGE
 from gateway.config.options import Config
 from gateway.tuning import BODY_BUFFERED, KEEP_ALIVE_REQUESTS
 from gateway.worker.door import BODY_KEY
@@ -81,7 +86,7 @@ class Front(TransportSink):
     stream that ends it, if one does."""
 
     __slots__ = ("settings", "factory", "scheme", "state", "buffer", "body", "cycle", "requests", "timer",
-                 "paused", "reading_paused", "eof")
+                 "paused", "reading_paused", "eof", "idle")
 
     def __init__(self, factory, settings: FrontSettings):
         super().__init__(None)
@@ -96,6 +101,7 @@ class Front(TransportSink):
         self.paused = 0  # why reading is paused (WRITING, PIPELINED, UNREAD)
         self.reading_paused = False
         self.eof = False  # the client shut its write side after its request: the answer, then the close
+        self.idle: bool | None = False  # counted in connections_idle; None: gone, or hypercorn's
 
     # --- the connection ---
 
@@ -108,6 +114,7 @@ class Front(TransportSink):
             if ssl_object.selected_alpn_protocol() not in (None, "http/1.1"):
                 self._hand_on()  # h2: hypercorn's
                 return
+        self._held(True)
         self._start_header_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -139,10 +146,14 @@ class Front(TransportSink):
             self._leave()  # gone before its body was whole: the app's receive is told
         else:
             self.eof = True  # a half-close: its answer runs on, then the close
-        return True
+        # Kept open to answer what it sent; a TLS transport closes after its client's
+        # close_notify whatever this says, and logs a plain-text line when told True
+        return self.scheme == "http"
 
     def connection_lost(self, exc) -> None:
         self._cancel_timer()
+        self._held(False)
+        self.idle = None
         if self.state is not STREAM:
             self.state = CLOSED
         super().connection_lost(exc)
@@ -205,6 +216,7 @@ class Front(TransportSink):
         except Refused as refusal:
             return self._refuse(refusal.status, refusal.detail)
         self._cancel_timer()
+        self._held(False)
         self.requests += 1
         websocket = request.websocket
         # kept after its answer unless it says otherwise, or is a WebSocket handshake (refused)
@@ -313,6 +325,7 @@ class Front(TransportSink):
         self.cycle = self.body = None
         cycle.wake()  # its receive, if it waits, hears `http.disconnect`, as hypercorn tells it
         self.state = HEAD
+        self._held(True)
         self._start_header_timer()
         if self.buffer:  # a pipelined request: read on the loop's next turn, not inside this answer
             self.settings.loop.call_soon(self._read_next)
@@ -344,9 +357,19 @@ class Front(TransportSink):
             self.transport.write(framing.error_answer(status, detail))
         self._close()
 
+    def _held(self, idle: bool) -> None:
+        """Whether the connection belongs to no request or stream (HEAD, or CLOSED with its
+        transport not yet gone): counted in the worker's connections_idle gauge."""
+        if self.idle is None or self.idle is idle:
+            return
+        self.idle = idle
+        counters = self.settings.app.counters
+        (counters.add if idle else counters.sub)(IDLE_GAUGE)
+
     def _close(self) -> None:
         self.state = CLOSED
         self._cancel_timer()
+        self._held(True)
         if self.cycle is not None:
             self.cycle.wake()
         if self.transport is not None and not self.transport.is_closing():
@@ -355,6 +378,8 @@ class Front(TransportSink):
     def _hand_on(self) -> None:
         """HTTP/2: the connection becomes hypercorn's, with every byte read so far."""
         self._cancel_timer()
+        self._held(False)  # hypercorn's part counts it while it has no stream (h2_idle.py)
+        self.idle = None
         self.state = CLOSED
         transport, self.transport = self.transport, None
         if transport is None or transport.is_closing():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.tuning import CLOSE_GRACE_SECONDS
 from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
 
 
@@ -94,12 +95,26 @@ class TransportSink(asyncio.Protocol):
             transport.abort()  # its client left: what it never read is dropped, not kept for it
         else:
             transport.close()  # the stream is over: so is its connection
+            drop_unsent_later(transport)
 
 
 def close(transport: asyncio.Transport) -> None:
-    """The FIN, then the close (a TLS transport writes no EOF: its close says it)."""
+    """The FIN, then the close (a TLS transport writes no EOF: its close says it), and what
+    is left unsent dropped after the grace."""
     try:
         transport.write_eof()
     except (NotImplementedError, OSError, RuntimeError):
         pass
     transport.close()
+    drop_unsent_later(transport)
+
+
+def drop_unsent_later(transport: asyncio.Transport) -> None:
+    """A closed transport that still holds bytes is aborted CLOSE_GRACE_SECONDS from now.
+
+    uvloop keeps a closing transport (its descriptor, its buffer, its protocol) until its
+    write buffer drains, which a client that never reads never lets happen. A TLS transport
+    is given the timer whatever its own buffer says: the bytes may wait in the TCP transport
+    beneath it, whose buffer it does not report. Aborting a transport already gone does nothing."""
+    if transport.get_write_buffer_size() or transport.get_extra_info("ssl_object") is not None:
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_SECONDS, transport.abort)

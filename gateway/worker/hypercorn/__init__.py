@@ -4,8 +4,8 @@ hypercorn serves HTTP/2 only (every HTTP/1.1 request is gateway/worker/http/fron
 patches.py is the one table of every replacement of, and every reach into, another library's
 internals; serving.py runs hypercorn under uvloop (on gateway/worker/http/accept.py's loop,
 where each connection starts as the front) and checks that table at start, not offering
-HTTP/2 where a moved row leaves it unbounded; h2_backpressure.py and h2_limits.py put right
-what its HTTP/2 path lacks. The rest of the worker sees only `Sink`
+HTTP/2 where a moved row leaves it unbounded; h2_backpressure.py, h2_limits.py and
+h2_idle.py put right what its HTTP/2 path lacks. The rest of the worker sees only `Sink`
 (gateway/worker/delivery/sink.py) and the three names below.
 """
 

@@ -20,11 +20,14 @@ its buffer, so a `push` waiting for a window that will never open waited for eve
 stream's coroutine, its place and its buffer. `close_stream` closes the buffer with the stream:
 the waiting `push` returns, the next raises inside hypercorn (answered as a closed stream), the
 sink sees its client gone, and the sending task drops the buffer (tests/e2e/test_hostile_h2.py).
+A connection that close leaves with no stream is idle again (h2_idle.py's `idle_again`).
 """
 
 from __future__ import annotations
 
 from hypercorn.protocol import h2 as hc_h2
+
+from gateway.worker.hypercorn import h2_idle
 
 _original_close_stream = hc_h2.H2Protocol._close_stream
 
@@ -50,3 +53,4 @@ async def close_stream(self: hc_h2.H2Protocol, stream_id: int) -> None:
     if buffer is not None:
         await buffer.close()
         await self._window_updated(stream_id)  # unblocked: the sending task finds it closed
+    await h2_idle.idle_again(self)  # the last stream gone, however it went: the idle timer runs

@@ -1,7 +1,7 @@
 """Every reach into another library's internals, as one table: what is replaced, what is followed.
 
 The adapter runs hypercorn's HTTP/2 with some of its attributes replaced (h2_backpressure.py,
-h2_limits.py) and follows other internals it does not replace: the h2 state those
+h2_limits.py, h2_idle.py) and follows other internals it does not replace: the h2 state those
 replacements read, and uvloop's transport for each accepted socket (http/accept.py). Each is a `Row` of `TABLE`: the
 owner (a class or module, by dotted name), the attribute, what replaces it (None where it is only followed) and the
 library it reaches into. `problem` checks rows against the code installed (each attribute
@@ -10,8 +10,9 @@ keeps its row, one that moved it is named.
 
 Almost every row is a guarantee row (`guarantee` set): part of what the gateway promises on
 the path hypercorn serves, HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream
-over the limit refused alone, no client input raising out of hypercorn). serving.py checks the group before it installs
-it; where its rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. (HTTP/1.1 is
+over the limit refused alone, no client input raising out of hypercorn, a connection with no
+stream ended within --header-timeout). serving.py checks the group before it installs it; where its
+rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. (HTTP/1.1 is
 the front's, gateway/worker/http/front.py: no row.) The two rows with no guarantee are
 http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
 implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back
@@ -32,7 +33,7 @@ from typing import NamedTuple
 
 HC = "hypercorn."
 ADAPTER = "gateway.worker.hypercorn."
-H2 = "h2"  # hypercorn's HTTP/2 path: h2_backpressure.py, h2_limits.py
+H2 = "h2"  # hypercorn's HTTP/2 path: h2_backpressure.py, h2_limits.py, h2_idle.py
 TEST_SWITCH = "MURGW_TEST_INTERNALS_MOVED"
 
 
@@ -75,6 +76,21 @@ TABLE = (
       for name in ("priority", "client", "send")),
     Row(HC + "protocol.h2:H2Protocol", "_flush", None, "hypercorn", guarantee=H2),
     Row("priority:PriorityTree", "_maximum_streams", None, "priority", "__init__", guarantee=H2),
+    # h2_idle.py: an HTTP/2 connection with no open stream ends within --header-timeout (GOAWAY),
+    # and no close of hypercorn's waits for ever on a client that never reads
+    Row(HC + "protocol.h2:H2Protocol", "initiate", ADAPTER + "h2_idle:initiate", "hypercorn", guarantee=H2),
+    Row(HC + "protocol.h2:H2Protocol", "idle", None, "hypercorn", guarantee=H2),
+    *(Row(HC + "protocol.h2:H2Protocol", name, None, "hypercorn", "__init__", guarantee=H2)
+      for name in ("closed", "connection")),
+    Row(HC + "asyncio.tcp_server:TCPServer", "_idle_timeout", ADAPTER + "h2_idle:idle_timeout", "hypercorn",
+        guarantee=H2),
+    Row(HC + "asyncio.tcp_server:TCPServer", "_close", ADAPTER + "h2_idle:close", "hypercorn", guarantee=H2),
+    Row(HC + "asyncio.tcp_server:TCPServer", "_read_data", ADAPTER + "h2_idle:read_data", "hypercorn",
+        guarantee=H2),
+    *(Row(HC + "asyncio.tcp_server:TCPServer", name, None, "hypercorn", "__init__", guarantee=H2)
+      for name in ("context", "config", "writer", "loop", "idle_task")),
+    Row(HC + "asyncio.tcp_server:TCPServer", "protocol", None, "hypercorn", "run", guarantee=H2),
+    Row(HC + "protocol:ProtocolWrapper", "protocol", None, "hypercorn", "__init__", guarantee=H2),
     # http/accept.py accepts with the call beneath socket.accept (no IntEnum reads a connection)
     # and hands each accepted socket to uvloop's own transport
     Row("socket:socket", "_accept", None, "python"),
