@@ -109,7 +109,7 @@ def close(transport: asyncio.Transport) -> None:
     drop_unsent_later(transport)
 
 
-def drop_unsent_later(transport: asyncio.Transport) -> None:
+def drop_unsent_later(transport: asyncio.WriteTransport) -> None:
     """A closed transport that still holds bytes is aborted CLOSE_GRACE_SECONDS from now.
 
     uvloop keeps a closing transport (its descriptor, its buffer, its protocol) until its

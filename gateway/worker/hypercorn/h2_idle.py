@@ -62,7 +62,7 @@ async def idle_timeout(self: TCPServer) -> None:
     try:
         try:
             await asyncio.wait_for(self.context.terminated.wait(), self.config.keep_alive_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     finally:
         if counters is not None:
