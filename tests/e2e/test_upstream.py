@@ -9,8 +9,9 @@ import urllib.request
 import orjson
 
 from gateway.protocol.lag import LAG_LIMIT
+from gateway.protocol.uris import OWN_TASKS_URI
 from helpers.gateway_harness import front_of, running_gateway, scrape, upstream_ready, wait_for
-from helpers.http_client import rpc, user_message
+from helpers.http_client import rpc, upstream_card, user_message
 from helpers.sse_reading import (SSEStream, WATCH, describe, is_terminal_event, item, task_id_of,
                          watching_b_after_a_burst)
 
@@ -163,5 +164,6 @@ def test_card_is_the_upstreams_with_the_gateways_address(tmp_path):
         card_a = orjson.loads(urllib.request.urlopen(f"http://127.0.0.1:{a.port}/.well-known/agent-card.json").read())
         card_b = orjson.loads(urllib.request.urlopen(f"http://127.0.0.1:{b.port}/.well-known/agent-card.json").read())
         assert card_b["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{b.port}/"
-        assert {**card_b, "supportedInterfaces": None} == {**card_a, "supportedInterfaces": None}
+        assert upstream_card(card_b) == upstream_card(card_a)
+        assert OWN_TASKS_URI in str(card_a) and OWN_TASKS_URI not in str(card_b)
         assert rpc(b.port, "GetExtendedAgentCard", {})[2]["error"]["code"] == -32007  # forwarded

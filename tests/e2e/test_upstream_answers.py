@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from helpers.gateway_harness import front_of, running_gateway, token_table, wait_for
-from helpers.http_client import Http, headers_for, rpc, user_message
+from helpers.http_client import Http, headers_for, rpc, upstream_card, user_message
 from helpers.sse_reading import SSEStream, describe, item, unknown_like
 
 ALICE, BOB, NARROW, LINK, WATCHER = "alice-4b3c2d", "bob-8e7f6a", "narrow-1a2b3c", "link-5d6e7f", "watcher-9c8d7e"
@@ -200,13 +200,7 @@ def test_extended_card_through_b_names_b(tmp_path):
         on_b = rpc(b.port, "GetExtendedAgentCard", {}, token=ALICE)[2]["result"]
     # each names the address its client reached (never a Host header), the rest is A's card
     assert [i["url"] for i in on_b["supportedInterfaces"]] == [f"http://127.0.0.1:{b.port}/"]
-    assert without_url(on_b) == without_url(on_a)
-
-
-def without_url(card: dict) -> dict:
-    """A card less its interfaces' addresses, which name the gateway that answered."""
-    return {**card, "supportedInterfaces": [{k: v for k, v in i.items() if k != "url"}
-                                            for i in card["supportedInterfaces"]]}
+    assert upstream_card(on_b) == upstream_card(on_a)
 
 
 @pytest.mark.parametrize("door_on", ["A", "B"])
@@ -225,8 +219,8 @@ def test_b_card_declares_bs_own_door(tmp_path, door_on):
     assert ("securitySchemes" in card_b) == (door_on == "B") == (status == 401)
     assert ("securitySchemes" in card_a) == (door_on == "A")
     strip = ("securitySchemes", "securityRequirements")
-    assert ({k: v for k, v in without_url(card_b).items() if k not in strip}
-            == {k: v for k, v in without_url(card_a).items() if k not in strip})
+    assert ({k: v for k, v in upstream_card(card_b).items() if k not in strip}
+            == {k: v for k, v in upstream_card(card_a).items() if k not in strip})
     assert card_b["supportedInterfaces"][0]["url"] == f"http://127.0.0.1:{b.port}/"
 
 

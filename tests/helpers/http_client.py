@@ -15,6 +15,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.protocol.uris import STREAM_URI
+from gateway.protocol.uris import OWN_TASKS_URI
 
 
 def headers_for(*, version: str | None = "1.0", last_event_id: str | None = None,
@@ -154,3 +155,13 @@ def a2a_check(data: str) -> dict:
         json_format.Parse(orjson.dumps(response["result"]), a2a_pb2.StreamResponse(),
                           ignore_unknown_fields=False)
     return response
+
+
+def upstream_card(card: dict) -> dict:
+    """A gateway's card as a gateway in front of it serves it: its interfaces' addresses left
+    out (each names the gateway that answered) and, where A served it, the own-tasks extension,
+    which upstream mode does not serve."""
+    capabilities = card.get("capabilities", {})
+    extensions = [e for e in capabilities.get("extensions", []) if e.get("uri") != OWN_TASKS_URI]
+    return {**card, "capabilities": {**capabilities, "extensions": extensions},
+            "supportedInterfaces": [{k: v for k, v in i.items() if k != "url"} for i in card["supportedInterfaces"]]}
