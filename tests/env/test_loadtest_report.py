@@ -323,7 +323,7 @@ def test_nchan_is_drawn_beside_the_gateway_replaying_its_prefilled_buffer(runs):
     assert nchan["opened"] == 300 and nchan["exact"] and nchan["newest_id_at_start"] >= 40  # the prefill
     assert series_reached(recorded(runs["storm"])["samples"], "nchan storm", "replayed") == 300
     assert len(nchan["connections_by_pid"]) == 2, nchan["connections_by_pid"]  # reuseport: both workers took some
-    with open(os.path.join(ROOT, "loadtest", "bench.py")) as fh:
+    with open(os.path.join(ROOT, "loadtest", "servers.py")) as fh:  # where the nchan config is written
         assert "nchan_subscriber_first_message oldest" in fh.read()
 
 
