@@ -137,6 +137,9 @@ def test_upstream_restart_is_a_new_session(tmp_path):
             rpc(a2.port, "SendMessage", user_message("/scenario burst n=3"))
             rest = list(watcher.events())
             assert item(rest[-1]).frame == {"frame": "capsule-closed"}
+            # the new session's first event is in B's buffer (an empty buffer replays nothing, no gap)
+            with SSEStream(b.port, WATCH, {}, last_event_id="0") as fresh:
+                assert fresh.read_until(lambda e: e.id is not None)[-1].id == 1
             with SSEStream(b.port, WATCH, {}, last_event_id=str(last)) as again:
                 assert item(again.next()).frame["frame"] == "connection-ack"
                 gap = again.next()
