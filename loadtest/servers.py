@@ -143,24 +143,25 @@ class Gateway(ServerProcess):
         return None if p99 is None else round(p99 * 1000, 3)
 
 
+def scratch_nginx(folder: str) -> dict[str, str]:
+    """What keeps an nginx run by hand (no package's service, no root paths) in `folder`: its
+    pid file, error log and the foreground (`scratch`, top level), no access log and its
+    temporary files (`scratch_http`, inside `http`)."""
+    temp = "".join(f"  {kind}_temp_path {folder}/{name};\n" for kind, name in (
+        ("client_body", "body"), ("proxy", "proxy"), ("fastcgi", "fastcgi"), ("uwsgi", "uwsgi"), ("scgi", "scgi")))
+    return {"scratch": f"pid {folder}/nginx.pid;\nerror_log {folder}/error.log error;\ndaemon off;\n",
+            "scratch_http": "  access_log off;\n" + temp}
+
+
 class Nchan:
     name = "nchan"
     dialect = "nchan"
     CONF = """load_module {module};
 worker_processes {workers};
 worker_rlimit_nofile {nofile};
-pid {dir}/nginx.pid;
-error_log {dir}/error.log error;
-daemon off;
-events {{ worker_connections {nofile}; multi_accept on; }}
+{scratch}events {{ worker_connections {nofile}; multi_accept on; }}
 http {{
-  access_log off;
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-  nchan_shared_memory_size 256M;
+{scratch_http}  nchan_shared_memory_size 256M;
   server {{
     listen 127.0.0.1:{port} backlog=4096{reuseport};
     location = /nchan_status {{ nchan_stub_status; }}
@@ -196,7 +197,7 @@ http {{
         self.url = f"http://127.0.0.1:{self.port}/sub"
         self.dir = tempfile.mkdtemp(prefix="bench-nchan-")
         with open(os.path.join(self.dir, "nginx.conf"), "w") as fh:
-            fh.write(self.CONF.format(module=NCHAN_MODULE, workers=workers, dir=self.dir, port=self.port,
+            fh.write(self.CONF.format(module=NCHAN_MODULE, workers=workers, port=self.port, **scratch_nginx(self.dir),
                                       reuseport=" reuseport" if workers > 1 else "",
                                       nofile=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
                                       heartbeat=max(1, round(args.heartbeat_interval))))

@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from gateway.config.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
-from helpers.gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
+from helpers.gateway_harness import GatewayOptions, Tally, running_gateway, scrape, wait_for
 from helpers.raw_http import exchange, head, refusal
 from helpers.sse_reading import SSEStream, reset
 
@@ -102,12 +102,6 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
     from gateway.worker.access_log import AccessLog
     from gateway.worker.door import PROBES_IN_FLIGHT, Admission
 
-    class Counters:
-        def add(self, *args, **kwargs):
-            pass
-
-        sub = add  # the worker's requests in progress (murgw_worker_requests_open)
-
     held, all_held, unread = [], asyncio.Event(), asyncio.Event()  # unread set: the answers computed
     unsent = asyncio.Event()  # set: the clients read at last
 
@@ -123,7 +117,7 @@ def test_probes_in_flight_are_bounded_apart_from_the_open_requests():
         await send({"type": "http.response.body", "body": b""})
 
     async def scenario() -> list:
-        door = Admission(app, load(["--max-connections", "1"]), Counters(), AccessLog(False))
+        door = Admission(app, load(["--max-connections", "1"]), Tally(), AccessLog(False))
 
         async def ask(path: str, client: int = 0) -> int:
             answers = []

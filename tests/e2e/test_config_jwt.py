@@ -19,8 +19,8 @@ from gateway.config import resolve as config_resolve
 from gateway.config import jwt_keys
 from gateway.worker.door.bearer_jwt import JwtVerifier
 from gateway.worker.door.jwt_claims import TokenProblem
-from helpers.gateway_harness import judged, running_gateway, start_refusal
-from helpers.jwt_tokens import KeyPair, Tally, jwt_table
+from helpers.gateway_harness import Tally, judged, running_gateway, start_refusal
+from helpers.jwt_tokens import KeyPair, jwt_table
 
 KEYS = KeyPair()
 WHERE = "config [network.authentication.jwt]"

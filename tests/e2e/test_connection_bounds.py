@@ -29,7 +29,7 @@ import pytest
 
 from helpers.gateway_harness import GatewayOptions, ROOT, not_json, running_gateway, scrape, wait_for
 from helpers.http_client import rpc_body
-from helpers.raw_http import read_answer
+from helpers.raw_http import never_reading, push, read_answer
 from helpers.sse_reading import SSEStream, WATCH
 
 HEADER_TIMEOUT = "1"
@@ -168,19 +168,13 @@ def test_never_reading_pipelines_are_released_with_their_descriptors(gateway):
     pipelines, sent = [], [0] * PIPELINES
     try:
         for _ in range(PIPELINES):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: its window
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            sock.connect(("127.0.0.1", gateway.port))
-            sock.setblocking(False)
-            pipelines.append(sock)
+            pipelines.append(never_reading(gateway.port))
         wait_for(lambda: worker_fds(gateway) >= before + PIPELINES, READ_DEADLINE, "every pipeline accepted")
 
         def released() -> bool:
             for i, sock in enumerate(pipelines):
-                with contextlib.suppress(BlockingIOError, ConnectionError):
-                    while sent[i] < len(PIPELINE):
-                        sent[i] += sock.send(PIPELINE[sent[i]:sent[i] + 65536])
+                with contextlib.suppress(ConnectionError):  # closed by the gateway: what is awaited
+                    sent[i] = push(sock, PIPELINE, sent[i])
             return worker_fds(gateway) <= before
         wait_for(released, PIPELINES_DEADLINE, "every never-reading pipeline's descriptor released")
         assert max(sent) < len(PIPELINE), "a pipeline was read whole: nothing was left unsent"

@@ -18,7 +18,7 @@ import h2.settings
 import pytest
 
 from gateway.worker.hypercorn.h2_limits import BURST
-from helpers.gateway_harness import GatewayOptions, running_gateway, scrape, wait_for
+from helpers.gateway_harness import GatewayOptions, rss_kib, running_gateway, scrape, wait_for
 from helpers.http_client import Http, rpc_body
 from helpers.sse_reading import watch
 
@@ -67,11 +67,6 @@ class ShutWindowClient:
             for stream_id in self.ids:
                 self.conn.reset_stream(stream_id)
             self.flush()
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
 
 
 @pytest.mark.parametrize("how", ["fin", "rst", "goaway", "rst_stream"])

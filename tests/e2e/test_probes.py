@@ -13,8 +13,8 @@ import pytest
 from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
 from gateway.worker.access_log import AccessLog
 from gateway.worker.door.admission import Admission
-from helpers.gateway_harness import GatewayOptions, wait_for
-from helpers.raw_http import RAW_READ_TIMEOUT, read_answer
+from helpers.gateway_harness import GatewayOptions, Tally, rss_kib, wait_for
+from helpers.raw_http import RAW_READ_TIMEOUT, never_reading, push, read_answer
 
 PIPELINES = 100
 PROBE = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -25,21 +25,6 @@ RSS_GROWTH_MOST_KIB = 64 * 1024  # 100 connections x (a write buffer + a read): 
 @pytest.fixture(scope="module")
 def gateway_options():
     return GatewayOptions("--header-timeout", "120", workers=1)
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return int(next(line for line in status if line.startswith("VmRSS:")).split()[1])
-
-
-def push(sock: socket.socket, sent: int) -> int:
-    """Send what the server takes of the rest of the pipeline; the bytes sent so far."""
-    while sent < len(PIPELINE):
-        try:
-            sent += sock.send(PIPELINE[sent:sent + 65536])
-        except BlockingIOError:
-            break
-    return sent
 
 
 def probe_from(port: int, address: str, path: bytes) -> bytes:
@@ -61,18 +46,13 @@ def test_security_claim_never_reading_probe_pipelines_starve_no_probe(gateway):
     pipelines, sent = [], []
     try:
         for _ in range(PIPELINES):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: its window
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            sock.connect(("127.0.0.1", gateway.port))
-            sock.setblocking(False)
-            pipelines.append(sock)
+            pipelines.append(never_reading(gateway.port))
             sent.append(0)
 
         def all_held() -> bool:
             moved = False
             for i, sock in enumerate(pipelines):
-                now = push(sock, sent[i])
+                now = push(sock, PIPELINE, sent[i])
                 moved |= now != sent[i]
                 sent[i] = now
             return not moved
@@ -98,12 +78,6 @@ def test_one_address_holds_at_most_its_share_of_probe_places():
     class Config:
         max_headers, max_header_bytes, max_connections, trusted_proxies, allowed_origins = 100, 8192, 10, (), ()
 
-    class Counters:
-        def add(self, *args, **kw):
-            pass
-
-        sub = add  # the worker's requests in progress (murgw_worker_requests_open)
-
     async def main():
         release = asyncio.Event()
         statuses = []
@@ -113,7 +87,7 @@ def test_one_address_holds_at_most_its_share_of_probe_places():
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
 
-        admission = Admission(app, Config(), Counters(), AccessLog(False))
+        admission = Admission(app, Config(), Tally(), AccessLog(False))
 
         async def probe(address: str):
             async def send(message):

@@ -14,25 +14,16 @@ import pytest
 from helpers.gateway_harness import ROOT, require_tool, running_gateway
 from helpers.http_client import user_message
 from helpers.sse_reading import SSEStream, is_terminal_event, item, task_id_of
-from loadtest.servers import free_port, stop, wait_for_port
+from loadtest.servers import free_port, scratch_nginx, stop, wait_for_port
 
 pytestmark = pytest.mark.env
 
 SAMPLE = Path(ROOT) / "deploy" / "nginx" / "murmur-gateway.conf"
 WATCH = "murmur.WatchSession"
 LIVE = str(2**40)
-CONF = """pid {dir}/nginx.pid;
-error_log {dir}/error.log error;
-daemon off;
-events {{ worker_connections 256; }}
+CONF = """{scratch}events {{ worker_connections 256; }}
 http {{
-  access_log off;
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-  include {dir}/murmur-gateway.conf;
+{scratch_http}  include {dir}/murmur-gateway.conf;
 }}
 """
 
@@ -54,7 +45,7 @@ def proxied(tmp_path_factory):
     with running_gateway(workers=1, tmp_path=tmp_path) as gateway:
         port = free_port()
         (tmp_path / "murmur-gateway.conf").write_text(sample_for(gateway.port, port))
-        (tmp_path / "nginx.conf").write_text(CONF.format(dir=tmp_path))
+        (tmp_path / "nginx.conf").write_text(CONF.format(dir=tmp_path, **scratch_nginx(str(tmp_path))))
         proc = subprocess.Popen([nginx, "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:

@@ -228,6 +228,12 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def rss_kib(pid: int) -> int:
+    """A process's resident memory now (VmRSS), KiB."""
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
 def gone(pid: int) -> bool:
     """The process has exited (absent, or a zombie awaiting its reaper)."""
     try:
@@ -328,6 +334,20 @@ def scrape(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
+
+
+class Tally:
+    """A worker's counters kept in a dict, for the parts tests drive in-process (a worker's
+    are its shared-memory block, gateway/common/metrics.py)."""
+
+    def __init__(self):
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def add(self, name: str, n: int = 1, label: str = "") -> None:
+        self.counts[(name, label)] = self.counts.get((name, label), 0) + n
+
+    def sub(self, name: str, n: int = 1, label: str = "") -> None:
+        self.add(name, -n, label)
 
 
 def series(samples: dict, metric: str) -> dict[str, float]:

@@ -78,12 +78,3 @@ def jwt_table(key_file: Path, algorithms: str = '["ES256"]', issuer: bool = True
     return (f'[network.authentication.jwt]\nkey_file = "{key_file}"\nalgorithms = {algorithms}\n'
             + (f'issuer = "{ISSUER}"\n' if issuer else "") + (f'audience = "{AUDIENCE}"\n' if audience else ""))
 
-
-class Tally:
-    """The verifier's counters, kept in a dict (a worker's are its shared-memory block)."""
-
-    def __init__(self):
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def add(self, name: str, n: int = 1, label: str = "") -> None:
-        self.counts[(name, label)] = self.counts.get((name, label), 0) + n

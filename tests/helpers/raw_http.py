@@ -157,3 +157,23 @@ def dechunk(body: bytes) -> bytes:
             return out
         assert body[size:size + 2] == b"\r\n"
         out, body = out + body[:size], body[size + 2:]
+
+
+def never_reading(port: int) -> socket.socket:
+    """A connection with 4 KiB buffers (set before connecting: its window), non-blocking, that
+    its caller writes to and never reads: the client that pipelines and leaves answers unsent."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.setblocking(False)
+    return sock
+
+
+def push(sock: socket.socket, data: bytes, sent: int) -> int:
+    """Send what the server takes of the rest of `data` (a non-blocking socket); the bytes sent
+    so far. A connection the server closed raises."""
+    with contextlib.suppress(BlockingIOError):
+        while sent < len(data):
+            sent += sock.send(data[sent:sent + 65536])
+    return sent

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gateway.config.options import Jwt
 from gateway.worker.door.bearer_jwt import JwtVerifier
-from helpers.jwt_tokens import Tally
+from helpers.gateway_harness import Tally
 from loadtest import bearer
 
 pytestmark = pytest.mark.unit

@@ -86,7 +86,7 @@ class Admission:
             cors = self.origins.admit(scope) if self.origins.allowed else None
             if cors is not None:
                 if isinstance(cors, Refused):
-                    exchange.refusal = cors.why
+                    exchange.refused(cors)
                     await refuse(send, cors, self.counters)
                     return
                 send = CorsSend(send, cors)
