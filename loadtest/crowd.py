@@ -20,9 +20,10 @@ waits `--settle` seconds, then reads for `--window` seconds: the steady window. 
   over every connection (`--lat-conns 0`).
 
 `--server nchan` runs the same against nginx + nchan (loadtest/servers.py's, `--workers` nginx workers,
-its EventSource subscriber); nchan replays nothing and numbers nothing, so only its connection
-counts and idle memory per watcher compare. `--server gateway,nchan` runs both, one after the
-other, one JSON line each, and draws them in the same charts (`--report DIR`). While it runs,
+its EventSource subscriber, fed `--rate` events a second by its publisher); nchan replays nothing
+and numbers nothing, so its connection counts, ramp, CPU, events read and latency compare, not
+its ids. `--server gateway,nchan` runs both, one after the other, one JSON line each, and draws
+them in the same charts (`--report DIR`). While it runs,
 the progress (`loadtest/monitor.py`) reads the watchers open from the server (the gateway's
 /metrics, nchan's stub status): csse reports only at its end. Pin as DEVELOPERS.md says:
 
@@ -155,15 +156,18 @@ def crowd(args, server, system: str, watching: monitor.Monitor) -> dict:
             "worker_restarts_ramp": int(window_start["restarts"]),
             "worker_restarts": int(window_end["restarts"]),
         })
-    if gateway and args.rate > 0:
+    if args.rate > 0:  # nchan's publisher posts the same load event (servers.Publisher): its timestamp too
         report.update({
             "events_read": reader.get("events_total"),
             "per_conn_events_min": reader.get("per_conn_events_min"),
             "per_conn_events_max": reader.get("per_conn_events_max"),
-            "ids_holes": reader.get("ids_holes_total"), "ids_nonascending": reader.get("ids_nonascending"),
-            "lagged_frames": reader.get("lagged_frames"),
             "latency_ms": {"samples": reader.get("latency_samples"), "p50": reader.get("lat_ms_p50"),
                            "p99": reader.get("lat_ms_p99"), "max": reader.get("lat_ms_max")},
+        })
+    if gateway and args.rate > 0:  # only the gateway numbers its events
+        report.update({
+            "ids_holes": reader.get("ids_holes_total"), "ids_nonascending": reader.get("ids_nonascending"),
+            "lagged_frames": reader.get("lagged_frames"),
         })
     return report
 
@@ -190,7 +194,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not args.server or set(args.server) - {"gateway", "nchan"}:
         p.error("--server: gateway, nchan, or gateway,nchan")
-    args.size = 0  # --sim-load-size, and servers.Nchan's publisher payload (nchan runs idle here)
+    args.size = 0  # --sim-load-size, and servers.Nchan's publisher payload (the smallest load event)
     return args
 
 
@@ -203,7 +207,7 @@ def one_server(args, system: str, watching: monitor.Monitor) -> dict:
                 "gateway", pid=server.proc.pid, metrics_port=server.metrics_port):
             report = {"banner": server.banner(), **crowd(args, server, system, watching)}
     else:
-        with servers.Nchan(args, 0, args.workers) as server, watching.following(
+        with servers.Nchan(args, args.rate, args.workers) as server, watching.following(
                 "nchan", pid=server.proc.pid, nchan_port=server.port):
             report = crowd(args, server, system, watching)
     return {"started": started, "loadavg_before": [round(x, 2) for x in load_before], **report}

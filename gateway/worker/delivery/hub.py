@@ -22,8 +22,8 @@ Replays that cannot keep up: while a replay is open, the hub holds what lapped v
 alive to the worker's budget (`_bound_lapped`, lapped.py's rule).
 
 Progress: besides the stall pulse's timer (gateway/common/stall.py), the hub bumps the worker's
-beat word as it writes (every tuning.PROGRESS_STREAMS streams of a pass, each catch-up run, each
-opening), so the supervisor sees a busy worker's progress even inside one long pass.
+beat word as it writes (each slice of a pass that leaves more for the next turn, each catch-up
+run, each opening), so the supervisor sees a busy worker's progress even inside one long pass.
 """
 
 from __future__ import annotations
@@ -155,12 +155,10 @@ class Hub(Drivers):
         """The next PASS_STREAMS_PER_TURN of the pass's line; the rest on the next turn."""
         self._pass_handle = None
         line = self._line
-        for count in range(1, min(len(line), tuning.PASS_STREAMS_PER_TURN) + 1):
+        for _ in range(min(len(line), tuning.PASS_STREAMS_PER_TURN)):
             served = line.popleft()
             served.passing = False
             self._write(served)
-            if not count % tuning.PROGRESS_STREAMS:
-                self._progress()
         self._count_batches()
         if line:
             self._progress()
