@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import os
 import socket
+import time
 from collections import Counter
 
 import orjson
@@ -235,8 +236,8 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
     run(ring, scenario)
 
 
-def test_a_pass_writes_a_bounded_number_of_streams_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
-    monkeypatch.setattr(tuning, "PASS_STREAMS_PER_TURN", 2)
+def test_a_pass_writes_for_a_bounded_time_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
+    monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)  # a slice of one stream, at least one
 
     async def scenario(bench: Bench):
         sinks = [FakeSink() for _ in range(5)]
@@ -244,11 +245,44 @@ def test_a_pass_writes_a_bounded_number_of_streams_a_turn_and_the_rest_on_the_ne
             await bench.open(watcher(), sink)
         bench.frames(1)
         bench.hub.sync()
-        assert sorted(len(sink.writes) for sink in sinks) == [0, 0, 0, 1, 1]  # this turn's two
+        assert sorted(len(sink.writes) for sink in sinks) == [0, 0, 0, 0, 1]  # this turn's one
         bench.frames(1)
         bench.hub.sync()  # a second pass while the first is not done: its streams wait behind
         await until(lambda: all(sink.ids() == [1, 2] for sink in sinks))
         assert not bench.hub._line
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+class SlowSink(FakeSink):
+    """A sink whose every write holds the loop for `seconds`, as a write to a socket does."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def write(self, body: bytes) -> bool:
+        until_ = time.perf_counter() + self.seconds
+        while time.perf_counter() < until_:
+            pass
+        return super().write(body)
+
+
+def test_the_coalescing_is_told_every_slice_of_a_pass_not_the_first_alone(ring, monkeypatch):
+    """A pass written a stream a turn, each write 2 ms: the pass took ~10 ms of a ~10 ms interval,
+    a busy loop, so the next pass waits (coalesce.py). Timed by its first slice alone (2 ms), it
+    would look light and the delay would stay 0: a pass over many streams would never coalesce."""
+    monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)
+
+    async def scenario(bench: Bench):
+        sinks = [SlowSink(0.002) for _ in range(5)]
+        for sink in sinks:
+            await bench.open(watcher(), sink)
+        for _ in range(3):  # events a pass apart: each within the cap of the last
+            bench.frames(1)
+            bench.hub.sync()
+            await until(lambda: not bench.hub._line)
+        assert bench.hub.pump._delay > 0
         bench.hub.close_all()
     run(ring, scenario)
 

@@ -61,7 +61,8 @@ class Hub(Drivers):
         self.index = index
         self.window = Window(ring.slots)
         self.pump = Pump(ring, wake_sock, index, self.window, run_pass=self._pass,
-                         new_session=self._new_session, before_copy=self._count_batches)
+                         new_session=self._new_session, before_copy=self._count_batches,
+                         pass_seconds=self._take_pass_seconds)
         self.board = self.pump.board
         self.watchers: set[Served] = set()
         self.task_streams: set[Served] = set()  # and watchers of one owner's tasks: a pass may pass over
@@ -69,6 +70,7 @@ class Hub(Drivers):
         self.catch_up = CatchUp(self._write, self._after_catch_up)
         self._line: deque[Served] = deque()  # streams a pass has yet to write (`_pass`)
         self._pass_handle: asyncio.Handle | None = None
+        self._pass_seconds = 0.0  # the pass's slices' time since the pump last asked (its coalescing)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sends: dict[str, int] = {}  # writes this turn by endpoint, not yet counted
         self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
@@ -129,9 +131,9 @@ class Hub(Drivers):
     def _pass(self, keys: set[int]) -> None:
         """Every watcher, and every filtered stream the new events (`keys`) may concern, joins the
         pass's line (once: one still waiting from the last pass writes whatever is due when
-        its turn comes); the line is written PASS_STREAMS_PER_TURN a turn, in order, so a
+        its turn comes); the line is written PASS_SLICE_SECONDS a turn, in order, so a
         pass over tens of thousands of streams lets heartbeats and openings run between. The
-        pump's coalescing (coalesce.py) times the first slice only, the one its sync runs."""
+        pump's coalescing (coalesce.py) is told every slice's time (`_take_pass_seconds`)."""
         everyone = self.window.closing or self.window.session_closed_at
         line = self._line
         for served in self.watchers:
@@ -151,15 +153,25 @@ class Hub(Drivers):
         if self._pass_handle is None:  # else the line's next turn is due: these wait behind it
             self._pass_on()
 
+    def _take_pass_seconds(self) -> float:
+        spent, self._pass_seconds = self._pass_seconds, 0.0
+        return spent
+
     def _pass_on(self) -> None:
-        """The next PASS_STREAMS_PER_TURN of the pass's line; the rest on the next turn."""
+        """The pass's line for PASS_SLICE_SECONDS; the rest on the next turn."""
         self._pass_handle = None
+        started = now = time.perf_counter()
+        deadline = started + tuning.PASS_SLICE_SECONDS
         line = self._line
-        for _ in range(min(len(line), tuning.PASS_STREAMS_PER_TURN)):
+        while line:  # one stream at least, however short the slice
             served = line.popleft()
             served.passing = False
             self._write(served)
+            now = time.perf_counter()
+            if now >= deadline:
+                break
         self._count_batches()
+        self._pass_seconds += now - started
         if line:
             self._progress()
             self._pass_handle = self._loop.call_soon(self._pass_on)

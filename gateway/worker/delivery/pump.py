@@ -35,7 +35,7 @@ from shm import Ring
 class Pump:
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, window: Window, *,
                  run_pass: Callable[[set[int]], None], new_session: Callable[[], None],
-                 before_copy: Callable[[], None]):
+                 before_copy: Callable[[], None], pass_seconds: Callable[[], float]):
         self.ring = ring
         self.board = Board(ring.control)
         self.wake_sock = wake_sock
@@ -43,6 +43,7 @@ class Pump:
         self.window = window
         self.epoch = ring.epoch
         self._run_pass = run_pass  # (keys copied since the last pass): write the streams
+        self._pass_seconds = pass_seconds  # () -> the seconds the pass's slices took since last asked
         self._new_session = new_session  # the ring began a new session: the window was cleared
         self._before_copy = before_copy  # the window's batches are about to go: count them
         self._owed: set[int] | None = None  # keys copied by an opening, not yet passed
@@ -161,14 +162,17 @@ class Pump:
         owed, self._owed = self._owed, None
         keys = owed if owed is not None else set()
         changed = self._copy(keys)
+        copied = time.perf_counter()
         if changed or owed is not None:
             self._run_pass(keys)
         # Every sync feeds the policy, idle polls included: a poll's share of the loop is about
         # 0, so the delay a busy spell left decays to 0 within a few polls of quiet, rather
-        # than holding until the next events arrive.
+        # than holding until the next events arrive. A pass is written a slice a turn (hub.py):
+        # its cost is every slice's since the last sync (this one's first included), not the
+        # first slice's alone, or a pass over many streams would look cheap and never coalesce.
         arrived, self._arrived = self._arrived, 0
-        self._delay = next_delay(time.perf_counter() - started, started - self._pass_started, self._delay,
-                                 arrived)
+        self._delay = next_delay(copied - started + self._pass_seconds(), started - self._pass_started,
+                                 self._delay, arrived)
         self._pass_started = started
         self.board.arm(self.index)
         if self.ring_moved():
