@@ -149,7 +149,7 @@ MAX_CACHED_HEADS = 64
 GRACE_SECONDS = 2.0
 DRAIN_SECONDS = 3.0
 
-# JWTs a worker keeps verified (gateway/worker/door/bearer_jwt.py), by the token's sha256,
+# JWTs a worker keeps verified (gateway/worker/door/jwt/verifier.py), by the token's sha256,
 # each until its `exp`; the oldest goes first. An entry is its digest and its rule, about
 # 0.5 KiB, so at most about 2 MiB a worker, only where the JWT table is declared: room for
 # the tokens of every watcher a worker holds at 4,096 users reconnecting, not for a storm of

@@ -12,7 +12,7 @@ When it fetches: at start, every `tuning.JWKS_REFRESH_SECONDS`, after a reload t
 then at most once per `tuning.JWKS_STALE_SECONDS` (a flood of made-up `kid`s costs the
 provider one fetch per period). Each fetch is bounded: HTTPS verified against the system's
 CAs (`SSL_CERT_FILE` may name others), `tuning.JWKS_FETCH_SECONDS` in all, at most the key
-file's `MAX_KEY_BYTES`, checked by `jwt_keys.key_set` as a key file is. A fetch that fails,
+file's `MAX_KEY_BYTES`, checked by gateway/config/jwt/keys.py's `key_set` as a key file is. A fetch that fails,
 or a set that does not check, changes nothing: the keys in use stay, and a warning says why.
 A set that differs from the one in use is announced with its `kid`s.
 """
@@ -25,7 +25,7 @@ import urllib.parse
 from typing import Callable
 
 from gateway import logs
-from gateway.config import jwt_keys
+from gateway.config.jwt import keys as jwt_keys
 from gateway.sequencer.capsule.upstream_http import Origin, UpstreamError, request
 from gateway.tuning import JWKS_FETCH_SECONDS, JWKS_REFRESH_SECONDS, JWKS_STALE_SECONDS
 

@@ -22,8 +22,7 @@ import json
 
 import orjson
 
-from gateway.config.authentication import SCOPES
-from gateway.config.options import TokenRule
+from gateway.config.options import SCOPES, TokenRule
 
 MAX_SUBJECT = 256
 MAX_SCOPE_WORDS = 64
