@@ -23,8 +23,7 @@ import time
 from gateway.config.authentication import expires_from_text
 from gateway.config.options import SCOPES
 from gateway.config.printing import toml_datetime
-
-TOKEN_BYTES = 32
+from gateway.tuning import TOKEN_BYTES
 
 
 def entry(name: str, digest: str, scopes: list[str], max_streams: int, expires: float | None = None) -> str:

@@ -32,10 +32,10 @@ import hashlib
 import json
 from typing import Any
 
+from gateway.tuning import MAX_KEY_BYTES, MAX_SET_KEYS
+
 HMAC_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}  # RFC 7518 3.2: at least the hash's size
-MAX_KEY_BYTES = 64 * 1024
 PEM = b"-----BEGIN "
-MAX_SET_KEYS = 16  # a set holds the keys in use and those retiring, not a directory
 
 
 def key_bytes(key: str) -> bytes:
