@@ -248,11 +248,13 @@ CARD_MAX_AGE_SECONDS = 300
 CARD_CACHED_HOSTS = 64
 
 # The upstream link (gateway/sequencer/capsule/): a body at most, the TCP and TLS connect, a
-# stream request's opening (its time and bytes until the opening task), the reconnect's wait
-# doubling from UPSTREAM_BACKOFF_FIRST up to UPSTREAM_BACKOFF_CAP, the attachment bytes kept,
-# and how long the upstream's card is kept. Bounds chosen, not measured.
+# whole request (a call, the card, an attachment) at most, a stream request's opening (its
+# time and bytes until the opening task), the reconnect's wait doubling from
+# UPSTREAM_BACKOFF_FIRST up to UPSTREAM_BACKOFF_CAP, the attachment bytes kept, and how long
+# the upstream's card is kept. Bounds chosen, not measured.
 UPSTREAM_MAX_BODY = 64 << 20
 UPSTREAM_CONNECT_SECONDS = 5.0
+UPSTREAM_REQUEST_SECONDS = 30.0
 UPSTREAM_OPENING_SECONDS = 30.0
 UPSTREAM_OPENING_BYTES = 1 << 20
 UPSTREAM_BACKOFF_FIRST = 0.1

@@ -20,7 +20,7 @@ from typing import AsyncIterator
 import h11
 
 from gateway.config import tls
-from gateway.tuning import UPSTREAM_CONNECT_SECONDS, UPSTREAM_MAX_BODY
+from gateway.tuning import UPSTREAM_CONNECT_SECONDS, UPSTREAM_MAX_BODY, UPSTREAM_REQUEST_SECONDS
 
 
 class UpstreamError(ConnectionError):
@@ -117,7 +117,8 @@ class Connection:
 
 
 async def request(origin: Origin, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b"",
-                  timeout: float = 30.0, limit: int = UPSTREAM_MAX_BODY) -> tuple[int, dict[str, str], bytes]:
+                  timeout: float = UPSTREAM_REQUEST_SECONDS,
+                  limit: int = UPSTREAM_MAX_BODY) -> tuple[int, dict[str, str], bytes]:
     """(status, lower-cased headers, body of at most `limit` bytes) of one request."""
     conn = Connection(origin)
     try:
