@@ -152,7 +152,7 @@ MAX_CACHED_HEADS = 64
 GRACE_SECONDS = 2.0
 DRAIN_SECONDS = 3.0
 
-# JWTs a worker keeps verified (gateway/worker/door/bearer_jwt.py), by the token's sha256,
+# JWTs a worker keeps verified (gateway/worker/door/jwt/verifier.py), by the token's sha256,
 # each until its `exp`; the oldest goes first. An entry is its digest and its rule, about
 # 0.5 KiB, so at most about 2 MiB a worker, only where the JWT table is declared: room for
 # the tokens of every watcher a worker holds at 4,096 users reconnecting, not for a storm of
@@ -189,6 +189,103 @@ CHECKS_PER_HEARTBEAT = 4
 CORS_MAX_AGE_SECONDS = 600
 
 
+# Restarting a child that died (gateway/supervisor/restarts.py): one that dies within
+# QUICK_DEATH_SECONDS of its spawn (imports included) would die again at once, so it waits,
+# RESTART_FIRST_DELAY doubling up to RESTART_MAX_DELAY; one that served SERVED_SECONDS clears
+# the count. Bounds chosen, not measured: a second or more of a small box's start inside the
+# first, a log line every half a minute at worst.
+QUICK_DEATH_SECONDS = 10.0
+RESTART_FIRST_DELAY = 0.25
+RESTART_MAX_DELAY = 30.0
+SERVED_SECONDS = 60.0
+
+# The supervisor (gateway/supervisor/process.py): the metrics socket's listen backlog (a
+# scraper or two, not clients), and how long a SIGHUP's `reload` call waits for the sequencer.
+# Bounds chosen, not measured.
+METRICS_BACKLOG = 64
+RELOAD_SECONDS = 5.0
+
+# The stall watch (gateway/common/stall.py): a worker whose beat never moved since its start
+# is judged only after STALL_STARTUP_SECONDS (imports, attaching). A bound chosen, not measured.
+STALL_STARTUP_SECONDS = 30.0
+
+# A control message (gateway/common/control.py) at most: a task's whole history or an
+# attachment travels in one. A bound chosen, not measured.
+CONTROL_MAX_MESSAGE = 64 << 20
+
+# The default --max-connections (gateway/config/capacity.py): the descriptors a worker may open
+# less FD_RESERVE for all that is not a client (segments, sockets, imports, an accept burst),
+# or MEMORY_SHARE of the memory available at PLAN_BYTES_PER_WATCHER each, the smaller. An idle
+# watcher costs about 10 KiB all in (docs/benchmarks.md, "The figures other pages quote"); the
+# plan has headroom for a watcher that falls behind (up to ~16 KiB unsent before it lags), for
+# replays and for traffic. Bounds chosen beside that measurement.
+FD_RESERVE = 128
+PLAN_BYTES_PER_WATCHER = 64 << 10
+MEMORY_SHARE = 0.5
+
+# How alike (difflib's ratio, 0 to 1) a misspelt setting and a known one must be for the known
+# one to be suggested (gateway/config/file.py): `audiance` (0.88) and `authenticaton` (0.96)
+# pass; `max_turns` against `max_task_reopens` (0.64), a different word, does not.
+TYPO_LIKENESS = 0.8
+
+# A JWT key file, or a fetched JWKS, at most (gateway/config/jwt/keys.py, gateway/sequencer/
+# jwks.py), and the keys a set may hold: those in use and those retiring, not a directory. A
+# verified token's `sub` at most, and the words of its `scope` read (gateway/worker/door/jwt/
+# claims.py): a caller's name, and a token minted for several services. Bounds chosen.
+MAX_KEY_BYTES = 64 * 1024
+MAX_SET_KEYS = 16
+JWT_MAX_SUBJECT = 256
+JWT_MAX_SCOPE_WORDS = 64
+
+# The per-client limits count an IPv6 client by its /64 (gateway/worker/door/client_address.py):
+# one subscriber's network, which its addresses are drawn from at will. A choice, not a measure.
+IPV6_KEY_PREFIX = 64
+
+# Retry-After on a 503 (gateway/worker/door/asgi_http.py): a worker at its limits asks a client
+# to come back in a second, when streams have likely ended or moved. A bound chosen.
+RETRY_AFTER_SECONDS = 1
+
+# The agent card (gateway/worker/card.py): what its cache-control lets clients keep (the worker
+# reads an upstream's card again after it), and the hosts it keeps a card built for. Chosen.
+CARD_MAX_AGE_SECONDS = 300
+CARD_CACHED_HOSTS = 64
+
+# The upstream link (gateway/sequencer/capsule/): a body at most, the TCP and TLS connect, a
+# whole request (a call, the card, an attachment) at most, a stream request's opening (its
+# time and bytes until the opening task), the reconnect's wait doubling from
+# UPSTREAM_BACKOFF_FIRST up to UPSTREAM_BACKOFF_CAP, the attachment bytes kept, and how long
+# the upstream's card is kept. Bounds chosen, not measured.
+UPSTREAM_MAX_BODY = 64 << 20
+UPSTREAM_CONNECT_SECONDS = 5.0
+UPSTREAM_REQUEST_SECONDS = 30.0
+UPSTREAM_OPENING_SECONDS = 30.0
+UPSTREAM_OPENING_BYTES = 1 << 20
+UPSTREAM_BACKOFF_FIRST = 0.1
+UPSTREAM_BACKOFF_CAP = 5.0
+ATTACHMENT_CACHE_BYTES = 32 << 20
+UPSTREAM_CARD_SECONDS = 30.0
+
+# A message's `messageId` at most (gateway/sequencer/capsule/messages.py); the client buckets
+# the sequencer's ledger keeps for the per-client rate, the least recently used going first
+# (gateway/sequencer/client_ledger.py). Bounds chosen.
+MAX_MESSAGE_ID = 256
+LEDGER_MAX_BUCKETS = 65536
+
+# What a person runs (gateway/commands/): the healthcheck's one request, and a new token's
+# random bytes (256 bits: a guess far less likely than the 2**-160 RFC 6749 section 10.10 asks).
+HEALTHCHECK_SECONDS = 2.0
+TOKEN_BYTES = 32
+
+# mur watch (gateway/watch/client.py): its connect, its one look at /readyz when a stream ends,
+# how far this host's clock may run behind the gateway's when a JWT's `exp` is judged, a
+# read's size, and a token file at most. Bounds chosen, not measured.
+WATCH_CONNECT_SECONDS = 10.0
+WATCH_PROBE_SECONDS = 2.0
+CLOCK_SKEW_SECONDS = 60.0
+WATCH_READ_BYTES = 65536
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+
+
 def _broken() -> list[str]:
     """The relations between these numbers that do not hold (none, or the import stops)."""
     piece_seconds = (PIECE_BYTES / MEASURED_EVENT_BYTES * DELIVERY_SECONDS_PER_EVENT
@@ -213,6 +310,10 @@ def _broken() -> list[str]:
         (PROBES_PER_CLIENT < PROBES_IN_FLIGHT, "one client address must not take every probe place"),
         (GRACE_SECONDS < DRAIN_SECONDS, "a worker's grace must end within the supervisor's drain"),
         (min(MAX_CACHED_HEADS, BODY_BUFFERED) >= 1, "every cap must be at least 1"),
+        (RESTART_FIRST_DELAY <= RESTART_MAX_DELAY and UPSTREAM_BACKOFF_FIRST <= UPSTREAM_BACKOFF_CAP,
+         "a doubling wait must start at or below its cap"),
+        (QUICK_DEATH_SECONDS < SERVED_SECONDS, "a child that served must have lived past a quick death"),
+        (UPSTREAM_OPENING_BYTES <= UPSTREAM_MAX_BODY, "an opening must fit in an upstream body"),
     ]
     return [why for holds, why in relations if not holds]
 

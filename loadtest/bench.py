@@ -69,8 +69,8 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway.protocol.activation import WATCH_OWN_TASKS, WATCH_SESSION  # noqa: E402
-from loadtest import bearer, monitor, servers  # noqa: E402
+from gateway.bench_surface import WATCH_OWN_TASKS, WATCH_SESSION  # noqa: E402
+from loadtest import bearer, monitor, run_report, servers  # noqa: E402
 from loadtest.servers import SERVERS, check_pinning, ensure_nchan, ensure_uvicorn, pinned  # noqa: E402
 
 SYSTEMS = ("gateway", "nchan", "naive")
@@ -292,7 +292,7 @@ def main(argv=None) -> int:
                    help="the gateway's watchers' stream: every task, or their own (filtered, no shared batch)")
     p.add_argument("--json", help="write every run's report here (e.g. under loadtest/out/)")
     p.add_argument("--table", help="print the table of a saved --json file (same flags) instead of running")
-    monitor.add_options(p)
+    run_report.add_options(p)
     bearer.add_options(p)  # sent by the driver to every system (a door from --gateway-args '--config FILE')
     args = p.parse_args(argv)
     if args.table:
@@ -307,9 +307,9 @@ def main(argv=None) -> int:
     if not args.only or "naive" in args.only:
         ensure_uvicorn()
     with monitor.Monitor("bench", quiet=args.quiet, plain_every=args.progress_every) as watching:
-        started_at, reports = monitor.utc_now(), run_plan(args, watching)
+        started_at, reports = run_report.utc_now(), run_plan(args, watching)
     table = summarise(reports, args)
-    monitor.finish(watching, args, "loadtest.bench", argv, started_at, reports, figures(table))
+    run_report.finish(watching, args, "loadtest.bench", argv, started_at, reports, figures(table))
     print(f"\n{started_at}, {os.cpu_count()} cores, {args.rate:g} events/s of "
           f"{args.size} B, window {args.duration:g} s, {args.repeats} repeat(s), medians; "
           f"server cpus {args.server_cpus or 'any'}, client cpus {args.client_cpus or 'any'}, "

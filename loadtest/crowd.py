@@ -47,8 +47,8 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway.common import procstat  # noqa: E402
-from loadtest import monitor, servers  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree  # noqa: E402
+from loadtest import monitor, run_report, servers  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
 from loadtest.storm import StormGateway  # noqa: E402
@@ -109,7 +109,7 @@ def memory(pids: list[int]) -> dict:
 def crowd(args, server, system: str, watching: monitor.Monitor) -> dict:
     gateway = system == "gateway"
     time.sleep(1.0)  # the workers' own start-up settles
-    before = memory(procstat.tree(server.proc.pid))
+    before = memory(process_tree(server.proc.pid))
     refused_before = refused_total(server.metrics_port) if gateway else 0
     ramp_start = scrape(server.metrics_port) if gateway else None
     with tempfile.TemporaryDirectory(prefix="crowd-") as tmp:
@@ -120,13 +120,13 @@ def crowd(args, server, system: str, watching: monitor.Monitor) -> dict:
             go = wait_ready(ready, proc, args.connect_timeout + args.settle + 60)
             watching.phase("settling", max(0.0, go["t_go_ns"] / 1e9 - time.time()))
             window_start = scrape(server.metrics_port) if gateway else None
-            connected = memory(procstat.tree(server.proc.pid))
-            cpu = procstat.cpu_seconds(procstat.tree(server.proc.pid))
+            connected = memory(process_tree(server.proc.pid))
+            cpu = cpu_seconds(process_tree(server.proc.pid))
             time.sleep(max(0.0, go["t_go_ns"] / 1e9 - time.time()))
             watching.phase("window", args.window)
             time.sleep(max(0.0, go["t_go_ns"] / 1e9 + args.window - 1.0 - time.time()))
             window_end = scrape(server.metrics_port) if gateway else None
-            cpu = procstat.cpu_seconds(procstat.tree(server.proc.pid)) - cpu
+            cpu = cpu_seconds(process_tree(server.proc.pid)) - cpu
             proc.wait(timeout=args.window + 90)
         finally:
             if proc.poll() is None:
@@ -190,7 +190,7 @@ def parse_args(argv=None):
     p.add_argument("--gateway-log", help="keep the gateway's log here (default: a temporary file)")
     p.add_argument("--server-cpus", help="taskset -c list for the server")
     p.add_argument("--client-cpus", help="taskset -c list for csse")
-    monitor.add_options(p)
+    run_report.add_options(p)
     args = p.parse_args(argv)
     if not args.server or set(args.server) - {"gateway", "nchan"}:
         p.error("--server: gateway, nchan, or gateway,nchan")
@@ -199,7 +199,7 @@ def parse_args(argv=None):
 
 
 def one_server(args, system: str, watching: monitor.Monitor) -> dict:
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     load_before = os.getloadavg()
     watching.phase("starting", target=args.watchers)
     if system == "gateway":
@@ -215,7 +215,7 @@ def one_server(args, system: str, watching: monitor.Monitor) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     reports = {}
     with monitor.Monitor("crowd", quiet=args.quiet, plain_every=args.progress_every) as watching:
         for system in args.server:
@@ -224,8 +224,8 @@ def main(argv=None) -> int:
     result = reports[args.server[0]] if len(reports) == 1 else reports
     figures = None
     if len(reports) > 1:
-        figures = monitor.side_by_side(reports)
-    monitor.finish(watching, args, "loadtest.crowd", argv, started, result, figures)
+        figures = run_report.side_by_side(reports)
+    run_report.finish(watching, args, "loadtest.crowd", argv, started, result, figures)
     return 0 if all(report["connected"] == args.watchers for report in reports.values()) else 1
 
 

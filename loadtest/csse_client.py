@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway.common import procstat  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree, rss_kib  # noqa: E402
 from loadtest.driver import parse_args  # noqa: E402
 from loadtest.watcher import build_request  # noqa: E402
 
@@ -120,18 +120,18 @@ def driver_report(args, out: dict, server_cpu: float | None, rss: tuple[int, int
 
 
 def run(binary: list[str], args) -> dict:
-    server = procstat.tree(args.server_pid) if args.server_pid else []
-    rss_before = procstat.rss_kib(server)
+    server = process_tree(args.server_pid) if args.server_pid else []
+    rss_before = rss_kib(server)
     with tempfile.TemporaryDirectory(prefix="csse-") as tmp:
         ready = os.path.join(tmp, "ready.json")
         proc = subprocess.Popen(csse_command(binary, args, ready), stdout=subprocess.PIPE, text=True)
         try:
             go = wait_ready(ready, proc, args.connect_timeout + args.warmup + 30)
-            server = procstat.tree(args.server_pid) if args.server_pid else []
-            cpu = procstat.cpu_seconds(server)
+            server = process_tree(args.server_pid) if args.server_pid else []
+            cpu = cpu_seconds(server)
             time.sleep(max(0.0, go["t_go_ns"] / 1e9 + args.duration - time.time()))
-            cpu = procstat.cpu_seconds(server) - cpu
-            rss_connected = procstat.rss_kib(server)
+            cpu = cpu_seconds(server) - cpu
+            rss_connected = rss_kib(server)
             stdout, _ = proc.communicate(timeout=args.duration + 60)
         finally:
             if proc.poll() is None:

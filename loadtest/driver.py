@@ -59,8 +59,8 @@ import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway.common import procstat  # noqa: E402
-from loadtest import bearer, monitor  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree, rss_kib  # noqa: E402
+from loadtest import bearer, monitor, run_report  # noqa: E402
 from loadtest.counts import Counts, keep_published  # noqa: E402
 from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
@@ -186,8 +186,8 @@ def latency_by_second(latency_us, arrived_ms, start: float, end: float) -> list[
 def run(args) -> dict:
     """The run; its counts go to `args.counts` (a file a parent command reads), else a temporary one."""
     raise_nofile(args.watchers // args.procs + 256)
-    server = procstat.tree(args.server_pid) if args.server_pid else []
-    rss_before = procstat.rss_kib(server)
+    server = process_tree(args.server_pid) if args.server_pid else []
+    rss_before = rss_kib(server)
     ctx = multiprocessing.get_context("fork")
     shares = [args.watchers // args.procs + (i < args.watchers % args.procs) for i in range(args.procs)]
     with contextlib.ExitStack() as stack:
@@ -237,11 +237,11 @@ def _measure(args, pipes, server: list[int], rss_before: int, counts: Counts) ->
     counts.set_phase("warmup", args.warmup)
     time.sleep(max(0.0, start - time.time()))
     counts.set_phase("window", args.duration)
-    server = procstat.tree(args.server_pid) if args.server_pid else server
-    server_cpu = procstat.cpu_seconds(server)
+    server = process_tree(args.server_pid) if args.server_pid else server
+    server_cpu = cpu_seconds(server)
     time.sleep(max(0.0, end - time.time()))
-    server_cpu = procstat.cpu_seconds(server) - server_cpu
-    rss_connected = procstat.rss_kib(server)
+    server_cpu = cpu_seconds(server) - server_cpu
+    rss_connected = rss_kib(server)
     counts.set_phase("closing")
     results, missing = [], 0
     for pipe in pipes:  # a client process that never reports is counted, not waited for forever
@@ -304,7 +304,7 @@ def parse_args(argv=None):
     p.add_argument("--label", default="")
     p.add_argument("--counts", help="publish the live counts to this file (a parent command's progress reads it)")
     p.add_argument("--metrics-port", type=int, help="the gateway's metrics port: its figures join the progress")
-    monitor.add_options(p)
+    run_report.add_options(p)
     bearer.add_options(p)
     args = p.parse_args(argv)
     bearer.from_args(args)  # an unusable token option stops here, before any client starts
@@ -314,7 +314,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     if args.counts:  # a parent command shows the progress and draws the report
         report = run(args)
     else:
@@ -324,7 +324,7 @@ def main(argv=None) -> int:
                                     counts=args.counts, system="gateway" if args.dialect == "murmur" else "nchan"):
                 report = run(args)
         shutil.rmtree(os.path.dirname(args.counts), ignore_errors=True)
-        monitor.finish(watching, args, "loadtest.driver", argv, started, report)
+        run_report.finish(watching, args, "loadtest.driver", argv, started, report)
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
     return 0 if report["opened"] else 1
 

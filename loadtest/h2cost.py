@@ -32,7 +32,7 @@ import h2.events
 import trustme
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gateway.common import procstat  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"murmur.WatchSession","params":{}}'
@@ -129,12 +129,12 @@ async def measure(args, variant: str, tls_args: list[str], client: ssl.SSLContex
         else:
             tasks = [asyncio.create_task(http1_watcher(port, client, counter)) for _ in range(args.watchers)]
         await asyncio.sleep(args.warmup)
-        pids = procstat.tree(proc.pid)
-        ids0, tree0 = counter.ids, procstat.cpu_seconds(pids)
-        worker0, t0 = procstat.cpu_seconds([worker]), time.monotonic()
+        pids = process_tree(proc.pid)
+        ids0, tree0 = counter.ids, cpu_seconds(pids)
+        worker0, t0 = cpu_seconds([worker]), time.monotonic()
         await asyncio.sleep(args.seconds)
-        ids1, tree1 = counter.ids, procstat.cpu_seconds(pids)
-        worker1, t1 = procstat.cpu_seconds([worker]), time.monotonic()
+        ids1, tree1 = counter.ids, cpu_seconds(pids)
+        worker1, t1 = cpu_seconds([worker]), time.monotonic()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -42,8 +42,8 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway.common import procstat  # noqa: E402
-from loadtest import monitor  # noqa: E402
+from gateway.bench_surface import process_tree  # noqa: E402
+from loadtest import monitor, run_report  # noqa: E402
 from loadtest.counts import Counts, keep_published  # noqa: E402
 from loadtest.watcher import Tally, Watcher, build_request, open_watcher  # noqa: E402
 
@@ -221,7 +221,7 @@ def run(args, watching: monitor.Monitor) -> dict:
 
 def measure(args, proc: subprocess.Popen, port: int, metrics_port: int, counts: Counts) -> dict:
     time.sleep(1.0)  # the workers' own start-up settles
-    pids = procstat.tree(proc.pid)
+    pids = process_tree(proc.pid)
     before, tcp_before, slab_before = memory_kib(pids), tcp_mem_kib(), slab_kib()
     sockets_before = {pid: sockets(pid) for pid in pids}
     refused_before = refused_total(metrics_port)
@@ -261,19 +261,19 @@ def parse_args(argv=None):
     parser.add_argument("--procs", type=int, default=2, help="client processes sharing the watchers")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds idle before measuring")
     parser.add_argument("--connect-timeout", type=float, default=300.0)
-    monitor.add_options(parser)
+    run_report.add_options(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     with tempfile.TemporaryDirectory(prefix="idle20k-") as tmp, \
             monitor.Monitor("idle20k", quiet=args.quiet, plain_every=args.progress_every) as watching:
         args.counts = os.path.join(tmp, "counts")
         result = run(args, watching)
     print(orjson.dumps(result).decode(), flush=True)
-    monitor.finish(watching, args, "loadtest.idle20k", argv, started, result)
+    run_report.finish(watching, args, "loadtest.idle20k", argv, started, result)
     return 0
 
 

@@ -14,12 +14,10 @@ skips it).
   fills the worker's write buffers, and the figure then measures the client.
 
 Each figure is (after - before) / watchers, "before" being the same worker with no watcher.
-The worker dumps itself: a `sitecustomize` on PYTHONPATH (written to a temporary folder,
-active only where MEMPARTS_DIR is set) starts a thread in every gateway process that, when
-the trigger file appears, writes the census and RSS and, if tracing, a tracemalloc snapshot,
-in the worker process only. Watchers resume from the newest id (Last-Event-ID), so a new
-one is not handed the whole replay buffer; they are raw sockets in a forked client process
-that reads and discards (or the C reader).
+The worker dumps itself when asked (loadtest/memparts_gateway.py: a `sitecustomize` that
+writes the census and RSS and, if tracing, a tracemalloc snapshot). Watchers resume from the
+newest id (Last-Event-ID), so a new one is not handed the whole replay buffer; they are raw
+sockets in a forked client process that reads and discards (or the C reader).
 
     python -m loadtest.memparts                    # both scenarios, a few minutes
     python -m loadtest.memparts --idle 10000 --only idle --json /tmp/mem.json
@@ -33,11 +31,9 @@ import asyncio
 import multiprocessing
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 import urllib.request
@@ -47,80 +43,13 @@ import orjson
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway.common.board import RING_SLOTS  # noqa: E402  (the events each worker's window keeps)
-from loadtest.servers import free_port, stop, wait_for_port  # noqa: E402
+from gateway.bench_surface import RING_SLOTS  # noqa: E402  (the events each worker's window keeps)
+from loadtest.memparts_gateway import TracedGateway  # noqa: E402
+from loadtest.servers import wait_for_port  # noqa: E402
 from loadtest.csse_client import newest_id  # noqa: E402
 from loadtest.driver import raise_nofile  # noqa: E402
 from loadtest.watcher import build_request  # noqa: E402
 
-SITECUSTOMIZE = r'''
-import os, sys, threading, time
-
-def _memparts_dump(folder, n):
-    import gc, json, multiprocessing, tracemalloc
-    # the worker: a spawned child serving with hypercorn (the supervisor imports the
-    # worker's module too, to name the spawn target, but serves nothing)
-    if multiprocessing.parent_process() is None or "hypercorn.asyncio.run" not in sys.modules:
-        return False
-    gc.collect()
-    census = {}
-    for obj in gc.get_objects():
-        kind = type(obj)
-        key = "%s.%s" % (kind.__module__, kind.__qualname__)
-        if kind.__name__ == "coroutine":  # which frames a stream keeps suspended
-            key += " " + str(getattr(obj, "__qualname__", "?"))
-        entry = census.setdefault(key, [0, 0])
-        entry[0] += 1
-        try:
-            entry[1] += sys.getsizeof(obj)
-        except Exception:
-            pass
-    memory = {}
-    for name in ("/proc/self/status", "/proc/self/smaps_rollup"):
-        with open(name) as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if rest.strip().endswith("kB"):
-                    memory[key] = int(rest.split()[0])
-    try:  # glibc's heap: what malloc holds, in use and free (free: fragmentation, a high-water mark)
-        import ctypes
-        class Info(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                "keepcost")]
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = Info
-        info = libc.mallinfo2()
-        memory["malloc_in_use"] = (info.uordblks + info.hblkhd) // 1024
-        memory["malloc_free"] = info.fordblks // 1024
-    except (OSError, AttributeError):
-        pass
-    base = os.path.join(folder, "%d-%d" % (os.getpid(), n))
-    if tracemalloc.is_tracing():
-        tracemalloc.take_snapshot().dump(base + ".snap")
-    with open(base + ".json", "w") as fh:
-        json.dump({"census": census, "memory": memory}, fh)
-    os.rename(base + ".json", base + ".done")
-    return True
-
-def _memparts_watch(folder):
-    seen = set()
-    while True:
-        for name in os.listdir(folder):
-            if name.startswith("dump-") and name not in seen:
-                try:
-                    if _memparts_dump(folder, int(name[5:])):
-                        seen.add(name)
-                except Exception:
-                    import traceback
-                    seen.add(name)
-                    with open(os.path.join(folder, "error-%d" % os.getpid()), "w") as fh:
-                        fh.write(traceback.format_exc())
-        time.sleep(0.05)
-
-if os.environ.get("MEMPARTS_DIR"):
-    threading.Thread(target=_memparts_watch, args=(os.environ["MEMPARTS_DIR"],), daemon=True).start()
-'''
 # first match wins: the gateway's own adapter before hypercorn's package
 PARTS = (("gateway.worker.delivery.stream", "gateway/worker/delivery/stream.py"),
          ("gateway.worker.delivery.hub", "gateway/worker/delivery/hub.py"),
@@ -172,54 +101,6 @@ def client(url: str, count: int, resume_from: int, ready, stop_event) -> None:
 
 
 # --- the gateway, dumping itself ---
-
-class TracedGateway:
-    def __init__(self, args, rate: float, watchers: int, trace: bool):
-        self.folder = tempfile.mkdtemp(prefix="memparts-")
-        with open(os.path.join(self.folder, "sitecustomize.py"), "w") as fh:
-            fh.write(SITECUSTOMIZE)
-        self.dumps = os.path.join(self.folder, "dumps")
-        os.mkdir(self.dumps)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "MEMPARTS_DIR": self.dumps,
-               "PYTHONPATH": os.pathsep.join([self.folder, ROOT, os.environ.get("PYTHONPATH", "")])}
-        if trace:
-            env["PYTHONTRACEMALLOC"] = str(args.frames)
-        cmd = [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{self.port}", "--workers", "1",
-               "--metrics-bind", "off", "--log-level", "warning", "--heartbeat-interval", "30",
-               "--max-connections", str(watchers + 64)]
-        if rate:
-            cmd += ["--sim-load", str(rate), "--sim-load-size", str(args.size)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.count = 0
-
-    def dump(self, timeout: float = 120.0) -> tuple[dict, str | None]:
-        """The worker's census and memory now, and its tracemalloc snapshot's path if tracing."""
-        self.count += 1
-        open(os.path.join(self.dumps, f"dump-{self.count}"), "w").close()
-        deadline = time.monotonic() + timeout
-        suffix = f"-{self.count}.done"
-        while time.monotonic() < deadline:
-            done = [name for name in os.listdir(self.dumps) if name.endswith(suffix)]
-            if len(done) > 1:
-                raise RuntimeError(f"more than one process dumped itself: {done}")
-            if done:
-                base = os.path.join(self.dumps, done[0][:-len(".done")])
-                with open(base + ".done", "rb") as fh:
-                    found = orjson.loads(fh.read())
-                return found, base + ".snap" if os.path.exists(base + ".snap") else None
-            errors = [name for name in os.listdir(self.dumps) if name.startswith("error-")]
-            if errors:
-                with open(os.path.join(self.dumps, errors[0])) as fh:
-                    raise RuntimeError("the worker's dump failed: " + fh.read())
-            time.sleep(0.05)
-        raise TimeoutError("the worker did not dump itself in time")
-
-    def close(self) -> None:
-        stop(self.proc)
-        shutil.rmtree(self.folder, ignore_errors=True)
-
 
 def wait_served(url: str, timeout: float = 60.0) -> None:
     """The worker answers (the supervisor listens before the worker has started)."""

@@ -29,7 +29,8 @@ from starlette.routing import Route
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from gateway.protocol import events, sse  # noqa: E402
+from gateway.bench_surface import (SSE_HEARTBEAT, connection_ack_frame, frame_event, lagged_frame,  # noqa: E402
+                                    taskless_frame_event)
 from loadtest import wire  # noqa: E402
 
 QUEUE_SIZE = 128
@@ -69,20 +70,20 @@ def create_app(rate: float, size: int, heartbeat_interval: float) -> Starlette:
             asyncio.get_running_loop().call_later(heartbeat_interval, beat, connection)
 
     async def stream(connection: Connection, rpc_id_json: bytes):
-        ack = events.taskless_frame_event(events.connection_ack_frame("stateless"))
-        yield sse.frame_event(None, rpc_id_json, orjson.dumps(ack))
+        ack = taskless_frame_event(connection_ack_frame("stateless"))
+        yield frame_event(None, rpc_id_json, orjson.dumps(ack))
         try:
             while True:
                 item = await connection.queue.get()
                 if item is HEARTBEAT:
-                    yield sse.HEARTBEAT
+                    yield SSE_HEARTBEAT
                     continue
                 if connection.missed:
-                    lagged = events.taskless_frame_event(events.lagged_frame(connection.missed))
+                    lagged = taskless_frame_event(lagged_frame(connection.missed))
                     connection.missed = 0
-                    yield sse.frame_event(None, rpc_id_json, orjson.dumps(lagged))
+                    yield frame_event(None, rpc_id_json, orjson.dumps(lagged))
                 event_id, result = item
-                yield sse.frame_event(event_id, rpc_id_json, result)
+                yield frame_event(event_id, rpc_id_json, result)
         finally:
             connections.discard(connection)
 

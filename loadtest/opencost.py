@@ -32,7 +32,7 @@ import h2.connection
 import h2.events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gateway.common import procstat  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree  # noqa: E402
 from loadtest.h2cost import BODY, HEADERS, start_gateway, throwaway_tls  # noqa: E402
 
 async def open_http1(port: int, context: ssl.SSLContext | None) -> asyncio.StreamWriter:
@@ -76,10 +76,10 @@ async def measure(args, variant: str, server_args: list[str], opener, log_path: 
             writers.append(await opener(port))
     try:
         await asyncio.sleep(args.settle)  # the worker's start-up CPU is not the openings'
-        pids = procstat.tree(proc.pid)
-        tree0, worker0, t0 = procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        pids = process_tree(proc.pid)
+        tree0, worker0, t0 = cpu_seconds(pids), cpu_seconds([worker]), time.monotonic()
         await asyncio.gather(*(one() for _ in range(args.openings)))
-        tree1, worker1, t1 = procstat.cpu_seconds(pids), procstat.cpu_seconds([worker]), time.monotonic()
+        tree1, worker1, t1 = cpu_seconds(pids), cpu_seconds([worker]), time.monotonic()
         for writer in writers:
             writer.transport.abort()
     finally:

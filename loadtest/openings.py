@@ -54,8 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gateway.common import procstat  # noqa: E402
-from loadtest import bench, monitor, opening_tokens  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree, rss_kib  # noqa: E402
+from loadtest import bench, monitor, opening_tokens, run_report  # noqa: E402
 from loadtest.storm_replay import fill_ring  # noqa: E402
 
 SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
@@ -78,7 +78,7 @@ def parse_args(argv=None):
                    help="the gateway's door, each a system of its own: none (csse opens), or "
                         f"{', '.join(opening_tokens.MODES)} (the opener presents the tokens)")
     p.add_argument("--out", default=None, help="write every run's figures here as JSON")
-    monitor.add_options(p)
+    run_report.add_options(p)
     args = p.parse_args(argv)
     modes = args.token_modes.split(",")
     for mode in modes:
@@ -135,8 +135,8 @@ def _measured(args, system: str, watching: monitor.Monitor, label: str, tmp: str
         if system == "gateway" and args.fill:
             fill_ring(server.url, args.fill)
             time.sleep(2.0)  # the burst runs to its end before the openings
-        family = procstat.tree(server.proc.pid)
-        cpu_before, rss_before = procstat.cpu_seconds(family), procstat.rss_kib(family)
+        family = process_tree(server.proc.pid)
+        cpu_before, rss_before = cpu_seconds(family), rss_kib(family)
         ready = os.path.join(tmp, "ready")
         client = subprocess.Popen(bench.pinned(client_command(args, server, ready, tokens), args.client_cpus),
                                   cwd=bench.ROOT if tokens is not None else None,  # -m loadtest.opening_tokens
@@ -145,8 +145,8 @@ def _measured(args, system: str, watching: monitor.Monitor, label: str, tmp: str
         deadline = time.monotonic() + args.connect_timeout + 10
         while not os.path.exists(ready) and client.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        family = procstat.tree(server.proc.pid)
-        cpu_open, rss_open = procstat.cpu_seconds(family), procstat.rss_kib(family)
+        family = process_tree(server.proc.pid)
+        cpu_open, rss_open = cpu_seconds(family), rss_kib(family)
         watching.phase("holding", 2)
         out, _ = client.communicate(timeout=args.connect_timeout + 30)
         report = json.loads(out.decode().strip().splitlines()[-1])
@@ -162,7 +162,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     systems = args.labels
     runs = []
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     with monitor.Monitor("openings", quiet=args.quiet, plain_every=args.progress_every) as watching:
         for repeat in range(args.repeats):
             for system in systems[repeat % len(systems):] + systems[:repeat % len(systems)]:
@@ -180,7 +180,7 @@ def main(argv=None) -> None:
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"runs": runs, "summary": summary}, fh, indent=1)
-    monitor.finish(watching, args, "loadtest.openings", argv, started, {"runs": runs, "summary": summary},
+    run_report.finish(watching, args, "loadtest.openings", argv, started, {"runs": runs, "summary": summary},
                    figures(runs, summary, systems))
 
 
@@ -197,7 +197,7 @@ def figures(runs: list[dict], summary: dict, systems: list[str]) -> dict:
                         "median RSS KiB / stream": median(system, "rss_kib_per_stream")} for system in systems}
     if "gateway_over_nchan" in summary:
         columns["gateway"]["CPU / opening, gateway / nchan"] = summary["gateway_over_nchan"]
-    return monitor.side_by_side(columns)
+    return run_report.side_by_side(columns)
 
 
 if __name__ == "__main__":

@@ -16,17 +16,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import orjson  # noqa: E402
 
-from gateway.common import records  # noqa: E402
-from gateway.protocol import events, states  # noqa: E402
-from gateway.protocol.activation import WATCH_SESSION  # noqa: E402
-from gateway.worker.delivery.stream import Stream  # noqa: E402
-from gateway.worker.delivery.window import Window  # noqa: E402
+from gateway.bench_surface import (FRAME, WATCH_SESSION, WORKING, Stream, Window, make_meta,  # noqa: E402
+                                    task_frame_event, text_frame)
 
 
 def measure(heads: int, streams: int) -> dict:
-    meta = records.make_meta(states.WORKING, records.FRAME)
-    frame = events.text_frame("x" * 290, False)
-    data = orjson.dumps(events.task_frame_event("tsk_a", "ctx_a", frame, state=states.WORKING, ts="t"))
+    meta = make_meta(WORKING, FRAME)
+    frame = text_frame("x" * 290, False)
+    data = orjson.dumps(task_frame_event("tsk_a", "ctx_a", frame, state=WORKING, ts="t"))
     window = Window(512)
     for event_id in range(1, 513):
         window.put(event_id, 7, meta, data)

@@ -24,8 +24,7 @@ import threading
 import time
 import urllib.request
 
-from gateway.common import procstat
-from gateway.protocol import sse
+from gateway.bench_surface import process_tree, rpc_prefix
 from loadtest import histogram, wire
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +52,7 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = START_TIME
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
     """Stop a server we started and every process under it (by pid, never by name)."""
-    family = procstat.tree(proc.pid)
+    family = process_tree(proc.pid)
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -87,7 +86,7 @@ def check_pinning(pid: int, cpus: str | None) -> None:
     if not cpus:
         return
     wanted = cpu_list(cpus)
-    for member in procstat.tree(pid):
+    for member in process_tree(pid):
         with contextlib.suppress(ProcessLookupError):
             if os.sched_getaffinity(member) != wanted:
                 raise RuntimeError(f"process {member} of the server is not pinned to {cpus}")
@@ -236,7 +235,7 @@ class Publisher(threading.Thread):
 
     def post(self) -> None:
         self.sent += 1
-        body = sse.rpc_prefix(b"1") + wire.load_result(self.size, seq=self.sent) + b"}"
+        body = rpc_prefix(b"1") + wire.load_result(self.size, seq=self.sent) + b"}"
         self.conn.request("POST", "/pub", body, {"Content-Type": "application/json"})
         self.conn.getresponse().read()
 

@@ -33,8 +33,8 @@ import tempfile
 import time
 import urllib.request
 
-from gateway.common import procstat
-from loadtest import bearer, monitor
+from gateway.bench_surface import process_tree, rss_kib
+from loadtest import bearer, monitor, run_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,8 +81,8 @@ def shm_bytes(supervisor: int) -> int:
 
 
 def sample(supervisor: int) -> dict:
-    pids = procstat.tree(supervisor)
-    return {"t": time.time(), "rss_kib": procstat.rss_kib(pids), "rss_anon_kib": rss_anon_kib(pids),
+    pids = process_tree(supervisor)
+    return {"t": time.time(), "rss_kib": rss_kib(pids), "rss_anon_kib": rss_anon_kib(pids),
             "fds": open_fds(pids),
             "shm_bytes": shm_bytes(supervisor), "processes": len(pids)}
 
@@ -130,13 +130,13 @@ def main(argv=None) -> int:
                                  "and --workers are not used); needs --server-pid")
     p.add_argument("--server-pid", type=int, default=0, help="with --url: its supervisor's pid (the samples' tree)")
     p.add_argument("--metrics-port", type=int, help="with --url: its metrics port, for the progress")
-    monitor.add_options(p)
+    run_report.add_options(p)
     bearer.add_options(p)
     args = p.parse_args(argv)
     bearer.from_args(args)
     if args.url and not args.server_pid:
         p.error("--url needs --server-pid: a soak samples the server's memory, descriptors and segments")
-    started_at = monitor.utc_now()
+    started_at = run_report.utc_now()
     gateway, url, supervisor, metrics_port = None, args.url, args.server_pid, args.metrics_port
     if url is None:
         port, metrics_port = free_port(), free_port()
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
               "shm_left_after_stop": shm_bytes(gateway.pid) if gateway is not None else None,
               "cycles_detail": rows}
     print(json.dumps(result))
-    monitor.finish(watching, args, "loadtest.soak", argv, started_at, result)
+    run_report.finish(watching, args, "loadtest.soak", argv, started_at, result)
     return 0
 
 

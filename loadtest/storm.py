@@ -62,8 +62,8 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gateway.common import procstat  # noqa: E402
-from loadtest import bearer, monitor, servers  # noqa: E402
+from gateway.bench_surface import cpu_seconds, process_tree  # noqa: E402
+from loadtest import bearer, monitor, run_report, servers  # noqa: E402
 from loadtest.counts import Counts, keep_published  # noqa: E402
 from loadtest.driver import _own_cpu, quantiles, raise_nofile  # noqa: E402
 from loadtest.listen_queue import QueueSampler, connections_by_process, nstat, sysctls  # noqa: E402
@@ -204,9 +204,9 @@ def storm(args, server_pid: int = 0) -> dict:
             for pipe in pipes:
                 pipe.send(None)
             raise RuntimeError(f"a probe connection failed: {problems}")
-        server = procstat.tree(server_pid) if server_pid else []
+        server = process_tree(server_pid) if server_pid else []
         counters_before = nstat()
-        cpu_before = procstat.cpu_seconds(server)
+        cpu_before = cpu_seconds(server)
         load_before = os.getloadavg()
         port = urlsplit(args.url).port or 80
         sampler = QueueSampler(port)
@@ -221,7 +221,7 @@ def storm(args, server_pid: int = 0) -> dict:
         storm_s = time.time() - start_at
         counts.set_phase("holding", args.hold)
         queue = sampler.report()
-        server_cpu = procstat.cpu_seconds(procstat.tree(server_pid) if server_pid else []) - cpu_before
+        server_cpu = cpu_seconds(process_tree(server_pid) if server_pid else []) - cpu_before
         counters_after = nstat()
         split = connections_by_process(port)
         time.sleep(args.hold)
@@ -328,7 +328,7 @@ def parse_args(argv=None):
                    help="the same storm against nginx+nchan afterwards (--workers nginx workers, its buffer "
                         "prefilled with --events-before messages, each watcher replaying it whole: "
                         "nchan_subscriber_first_message oldest); not with --csse or --url")
-    monitor.add_options(p)
+    run_report.add_options(p)
     bearer.add_options(p)
     args = p.parse_args(argv)
     bearer.from_args(args)  # an unusable token option stops here
@@ -351,7 +351,7 @@ def nchan_storm(args, watching: monitor.Monitor, counts: str) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    started = monitor.utc_now()
+    started = run_report.utc_now()
     tmp = tempfile.mkdtemp(prefix="storm-")
     args.counts = os.path.join(tmp, "counts")
     try:
@@ -381,8 +381,8 @@ def main(argv=None) -> int:
     sys.stdout.write(orjson.dumps(report).decode() + "\n")
     figures = None
     if peers:
-        figures = monitor.side_by_side({"gateway": {k: v for k, v in report.items() if k != "peers"}, **peers})
-    monitor.finish(watching, args, "loadtest.storm", argv, started, report, figures, storm=True)
+        figures = run_report.side_by_side({"gateway": {k: v for k, v in report.items() if k != "peers"}, **peers})
+    run_report.finish(watching, args, "loadtest.storm", argv, started, report, figures, storm=True)
     if args.server == "nchan":
         return 0
     if args.csse:

@@ -15,10 +15,10 @@ import time
 
 import orjson
 
-from gateway.protocol import events, ids
+from gateway.bench_surface import new_context_id, new_task_id, task_frame_event, text_frame
 
-TASK_ID = ids.new_task_id()
-CONTEXT_ID = ids.new_context_id()
+TASK_ID = new_task_id()
+CONTEXT_ID = new_context_id()
 
 
 def load_text(size: int, seq: int | None = None) -> str:
@@ -28,5 +28,5 @@ def load_text(size: int, seq: int | None = None) -> str:
 
 def load_result(size: int, seq: int | None = None) -> bytes:
     """The StreamResponse JSON of one load event, encoded now (its timestamp is now)."""
-    frame = events.text_frame(load_text(size, seq), False)
-    return orjson.dumps(events.task_frame_event(TASK_ID, CONTEXT_ID, frame))
+    frame = text_frame(load_text(size, seq), False)
+    return orjson.dumps(task_frame_event(TASK_ID, CONTEXT_ID, frame))

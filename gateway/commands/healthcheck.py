@@ -16,8 +16,8 @@ import urllib.request
 
 from gateway.config import options as config_module
 from gateway.config import resolve as config_resolve
+from gateway.tuning import HEALTHCHECK_SECONDS
 
-TIMEOUT_SECONDS = 2.0
 WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
@@ -30,7 +30,7 @@ def readyz_url(bind: tuple[str, int]) -> str:
 def main() -> int:
     try:
         url = readyz_url(config_resolve.load([]).bind)
-        with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as answer:
+        with urllib.request.urlopen(url, timeout=HEALTHCHECK_SECONDS) as answer:
             status = answer.status
     except config_module.ConfigError as exc:
         print(f"healthcheck: {exc}", file=sys.stderr)

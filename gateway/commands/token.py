@@ -6,9 +6,9 @@ Prints a random token (32 bytes, URL-safe base64) once, then the
 which the gateway keeps nowhere. Paste the entry into the --config file and reload (SIGHUP);
 hand the token to its holder. As `centrifugo gentoken` does, so that no operator has to put a
 token together from a shell one-liner. Scopes are checked against the methods this gateway
-serves, and `--expires` (RFC 3339 with its offset) is read, as the config file's are
-(gateway/config/authentication.py); an `--expires` already past is refused, since its token
-would open nothing.
+serves (gateway/config/options.py `SCOPES`), and `--expires` (RFC 3339 with its offset) is
+read, as the config file's are (gateway/config/authentication.py); an `--expires` already past
+is refused, since its token would open nothing.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import secrets
 import sys
 import time
 
-from gateway.config.authentication import SCOPES, expires_from_text
+from gateway.config.authentication import expires_from_text
+from gateway.config.options import SCOPES
 from gateway.config.printing import toml_datetime
-
-TOKEN_BYTES = 32
+from gateway.tuning import TOKEN_BYTES
 
 
 def entry(name: str, digest: str, scopes: list[str], max_streams: int, expires: float | None = None) -> str:

@@ -23,8 +23,7 @@ from typing import Any, Awaitable, Callable, NamedTuple
 import orjson
 
 from gateway.protocol.errors import INTERNAL_ERROR, RpcError
-
-MAX_MESSAGE = 64 << 20
+from gateway.tuning import CONTROL_MAX_MESSAGE
 
 
 class Caller(NamedTuple):
@@ -103,8 +102,8 @@ async def read_message(reader: asyncio.StreamReader) -> Any:
     except asyncio.IncompleteReadError:
         return None
     (size,) = _LEN.unpack(head)
-    if size > MAX_MESSAGE:
-        raise ValueError(f"control message of {size} bytes exceeds {MAX_MESSAGE}")
+    if size > CONTROL_MAX_MESSAGE:
+        raise ValueError(f"control message of {size} bytes exceeds {CONTROL_MAX_MESSAGE}")
     return orjson.loads(await reader.readexactly(size))
 
 

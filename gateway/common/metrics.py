@@ -55,8 +55,8 @@ WORKER_GAUGES = {
                               "answering 503.",
 }
 # Why the door refused a bearer token, for the operator (the client's 401 is one for all):
-# tokens_refused{problem} and the access line's `token_problem` (gateway/worker/door/jwt_claims.py,
-# bearer_jwt.py; a static token past its `expires` is `expired` too).
+# tokens_refused{problem} and the access line's `token_problem` (gateway/worker/door/jwt/claims.py,
+# verifier.py; a static token past its `expires` is `expired` too).
 TOKEN_PROBLEMS = ("expired", "not_yet_valid", "signature", "algorithm", "issuer", "audience",
                   "unknown_key", "claims", "malformed")
 IDLE_GAUGE = "connections_idle"  # the front's and hypercorn's connections with no request or stream

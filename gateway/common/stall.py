@@ -31,7 +31,7 @@ the kernel's account of it with its own clock, so no clocks are shared.
 A worker stopped by a signal (state ``T``, or ``t`` under a tracer) is not stuck: someone
 chose to stop it, and SIGCONT resumes it where it was. It is left alone, and its clock
 starts again when it runs. A worker that has not beaten once since it was started is given
-STARTUP_SECONDS (imports, attaching) before the same rule applies.
+STALL_STARTUP_SECONDS (imports, attaching) before the same rule applies.
 
 Test-only hook: with MURGW_TEST_HANG_ON_SIGUSR1 set to ``syscall`` or ``spin`` in a
 worker's environment, SIGUSR1 makes its event loop block forever in ``read(2)`` on a pipe
@@ -51,12 +51,11 @@ from typing import Callable
 
 from gateway.common import procstat
 from gateway.common.board import Board
-from gateway.tuning import PULSE_SECONDS
+from gateway.tuning import PULSE_SECONDS, STALL_STARTUP_SECONDS
 
-STARTUP_SECONDS = 30.0
 STOPPED_STATES = ("T", "t")
 TEST_HANG_ENV = "MURGW_TEST_HANG_ON_SIGUSR1"
-BUSY_TURNS = 3
+BUSY_TURNS = 3  # the test hook's busy worker (above), not a tunable
 BUSY_CPU_SECONDS = 0.3
 
 
@@ -128,7 +127,7 @@ class StallWatch:
             return False
         waited_ns = waited - waited_since if waited is not None and waited_since is not None else 0
         self.still[index] = (now - since, waited_ns / 1e9)
-        limit = self.timeout if beaten else max(self.timeout, STARTUP_SECONDS)
+        limit = self.timeout if beaten else max(self.timeout, STALL_STARTUP_SECONDS)
         return stood_still_for(now - since, waited_ns) > limit
 
 

@@ -1,12 +1,12 @@
 """[network.authentication]: the door's tables, read and checked. Without it the door is public.
 
 `[[network.authentication.tokens]]` holds static tokens (a name, the token's sha256, the methods
-it may call, optionally `max_streams` and `expires`); `[network.authentication.jwt]` holds the
-key JWTs are verified with (gateway/config/jwt_keys.py). Their keys are declared in gateway/config/options.py
-(`TokenRule`, `Jwt`); the rules here are what an entry must hold: a digest of 64 hex digits,
-scopes that name served methods, an offset date-time, no digest twice. Every entry is read and
-every problem of each is a line (--check and a rejected reload name them all), as the rest of
-the file's are.
+it may call, optionally `max_streams` and `expires`), read here; `[network.authentication.jwt]`
+holds the key JWTs are verified with, read by gateway/config/jwt/ (`table.jwt_table`). Their
+keys are declared in gateway/config/options.py (`TokenRule`, `Jwt`, `SCOPES`); the rules here
+are what a token's entry must hold: a digest of 64 hex digits, scopes that name served methods,
+an offset date-time, no digest twice. Every entry is read and every problem of each is a line
+(--check and a rejected reload name them all), as the rest of the file's are.
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import datetime
 import tomllib
 from typing import Any
 
-from gateway.config import jwt_keys
-from gateway.config.options import ConfigError, Jwt, TokenRule
-from gateway.config.file import did_you_mean, section, table
+from gateway.config.options import SCOPES, ConfigError, TokenRule
+from gateway.config.file import did_you_mean, table
 from gateway.config.values import file_value, parse_nonnegative_int, shown
 from gateway.protocol.activation import METHODS
 
-
-SCOPES = ("*",) + METHODS
 TOKEN_KEYS = tuple(f.name for f in dataclasses.fields(TokenRule))
 
 
@@ -84,7 +81,7 @@ def expires_from_text(text: str) -> float:
                                 "2027-01-01T01:00:00+01:00")
 
 
-def _authentication(data: dict) -> dict | None:
+def authentication_table(data: dict) -> dict | None:
     """[network.authentication], its keys checked; None without it (a public door)."""
     if "network" not in data:
         return None
@@ -94,24 +91,12 @@ def _authentication(data: dict) -> dict | None:
     return table(network, "network.authentication", ("tokens", "jwt"))
 
 
-def jwt_table(data: dict) -> Jwt | None:
-    """[network.authentication.jwt], its key file read and fitted to its algorithms; None without it."""
-    auth = _authentication(data)
-    if auth is None or "jwt" not in auth:
-        return None
-    settings = section(auth, "network.authentication.jwt", Jwt)
-    key, problem = jwt_keys.key_problem(settings.key_file, settings.algorithms, settings.jwks_url)
-    if problem is not None:
-        raise ConfigError(problem)
-    return dataclasses.replace(settings, key=key)
-
-
 def token_rules(data: dict) -> tuple[TokenRule, ...]:
     """[[network.authentication.tokens]]: none without the table, else at least one token (or
     the jwt table); two entries may share a name (a token and its successor during a
     rotation), never a digest. Every bad entry's every problem is a line of the one
     ConfigError."""
-    auth = _authentication(data)
+    auth = authentication_table(data)
     if auth is None:
         return ()
     entries = auth.get("tokens")

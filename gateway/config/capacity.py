@@ -20,12 +20,8 @@ from __future__ import annotations
 
 import resource
 
-FD_RESERVE = 128
-# An idle watcher costs about 10 KiB all in (docs/benchmarks.md, "The figures other pages
-# quote"); planned with headroom for a watcher that falls behind (up to ~16 KiB unsent before
-# it lags), for replays and for traffic.
-PLAN_BYTES_PER_WATCHER = 64 << 10
-MEMORY_SHARE = 0.5
+from gateway.tuning import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER
+
 MEMINFO = "/proc/meminfo"
 CGROUP = "/sys/fs/cgroup"
 

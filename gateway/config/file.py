@@ -19,13 +19,10 @@ from typing import Any
 
 from gateway.config.options import OPTIONS, ConfigError
 from gateway.config.values import file_value
+from gateway.tuning import TYPO_LIKENESS
 
 
 TABLES = ("lifecycle", "inference", "network")  # the TOML file's tables besides the options
-# How alike (difflib's ratio, 0 to 1) a misspelt name and a known one must be for the known one to
-# be suggested: `audiance` (0.88) and `authenticaton` (0.96) pass; `max_turns` against
-# `max_task_reopens` (0.64), a different word, does not.
-TYPO_LIKENESS = 0.8
 
 
 def did_you_mean(name: str, known: Iterable[str], form: str = "{}") -> str:

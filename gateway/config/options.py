@@ -8,9 +8,9 @@ are derived from these (`OPTIONS`), so an option is added with one field. The fi
 ([lifecycle], [inference], [network.authentication]'s tokens and jwt) declare their keys the
 same way (`_setting`), with their defaults and parsers.
 
-This module only declares. Reading the file and its tables is gateway/config/file.py and
-gateway/config/authentication.py; turning a command line, the environment and the file into a
-`Config`, with every problem found, is gateway/config/resolve.py.
+This module only declares. Reading the file and its tables is gateway/config/file.py,
+gateway/config/authentication.py and gateway/config/jwt/; turning a command line, the
+environment and the file into a `Config`, with every problem found, is gateway/config/resolve.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from gateway.config import jwt_keys
+from gateway.config.jwt.settings import parse_algorithms, parse_jwks_url
 from gateway.config.values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostport,
                                    parse_log_level, parse_metrics_bind, parse_networks,
                                    parse_nonnegative_float, parse_nonnegative_int,
@@ -27,6 +27,7 @@ from gateway.config.values import (MAX_JSON_DEPTH, Parser, one_of, parse_hostpor
                                    parse_positive_seconds, parse_secret, parse_text, parse_url,
                                    whole_number)
 from gateway.common.board import MAX_WORKERS
+from gateway.protocol.activation import METHODS
 from gateway.tuning import LAPPED_REPLAY_BYTES
 
 
@@ -118,6 +119,10 @@ class Inference:
     max_turns: int = _setting(20, parse_nonnegative_int, "most turns one task may take")
 
 
+# What a token's scopes may name: every method this gateway serves, or "*" (all of them).
+SCOPES = ("*",) + METHODS
+
+
 @dataclass(frozen=True)
 class TokenRule:
     name: str
@@ -130,18 +135,18 @@ class TokenRule:
 @dataclass(frozen=True)
 class Jwt:
     """[network.authentication.jwt]: JWT bearer tokens the application's backend mints,
-    verified against the key file's key or keys (gateway/config/jwt_keys.py). `key` is the key
-    file's content, read by `config_authentication.jwt_table` (and again by a reload), never a
+    verified against the key file's key or keys (gateway/config/jwt/keys.py). `key` is the key
+    file's content, read by `jwt.table.jwt_table` (and again by a reload), never a
     TOML key and never shown."""
 
     key_file: str = _setting("", parse_text, "the HS256/384/512 secret, the PEM public key (RS*, PS*, "
                              "ES*, EdDSA; one key a file), or a JWKS document ({\"keys\": [...]}, each key "
                              "named by its kid, which a token's header picks) that tokens are verified "
                              "with; required, unless jwks_url")
-    algorithms: tuple[str, ...] = _setting((), jwt_keys.parse_algorithms,
+    algorithms: tuple[str, ...] = _setting((), parse_algorithms,
                                            "the algorithms a token may be signed with, such as "
                                            "[\"ES256\"]; required, never taken from a token's header")
-    jwks_url: str = _setting("", jwt_keys.parse_jwks_url, "instead of key_file: the https:// URL of a "
+    jwks_url: str = _setting("", parse_jwks_url, "instead of key_file: the https:// URL of a "
                              "JWKS, fetched by the gateway at start, every 5 minutes and when a token "
                              "names a kid it lacks (at most every 5 s)")
     issuer: str = _setting("", parse_text, "when set, a token's `iss` must be this")

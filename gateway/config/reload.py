@@ -26,7 +26,7 @@ import dataclasses
 import sys
 from typing import Mapping
 
-from gateway.config import jwt_keys
+from gateway.config.jwt import keys as jwt_keys
 from gateway.config import options as config_module
 from gateway.config import resolve as config_resolve
 from gateway.config.options import Config

@@ -6,7 +6,8 @@ A value is taken from the command line, else from ``MUR_GATEWAY_<NAME>``, else f
 that does not parse is a problem whose line names the option and where the value came from,
 and says what it accepts; the CLI prints it on one line and exits 2. So is a ``MUR_GATEWAY_*``
 variable no option reads, and an option that would take no effect (its `needs`/`excludes`);
-the file's own rules are gateway/config/file.py's and gateway/config/authentication.py's.
+the file's own rules are gateway/config/file.py's, gateway/config/authentication.py's and
+gateway/config/jwt/'s.
 `resolve` collects every problem (--check and a failed start print them all, one line each);
 `load` raises them in one ConfigError (its message the first, `lines` all of them).
 """
@@ -23,7 +24,8 @@ from gateway.config import found as config_found
 from gateway.config import tls
 from gateway.config.options import (BY_NAME, ENV_PREFIX, KNOWN_ENV, OPTIONS, SECTIONS, Config, ConfigError,
                             Option, default_value, default_words)
-from gateway.config.authentication import jwt_table, token_rules
+from gateway.config.authentication import token_rules
+from gateway.config.jwt.table import jwt_table
 from gateway.config.file import did_you_mean, read_file, section, unknown_settings
 from gateway.config.values import file_value
 

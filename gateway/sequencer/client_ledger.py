@@ -12,7 +12,7 @@ the last place. A worker asks only when a limit is set; with none, nothing here 
   is released at once, so a dead worker's streams never keep their places.
 - `RateBuckets`: a token bucket per client key for --client-request-rate / -burst. The table
   is client-controlled (any address may ask), so it is bounded: a bucket that has refilled
-  is the same as none and is dropped, and past `MAX_BUCKETS` the least recently used goes.
+  is the same as none and is dropped, and past `LEDGER_MAX_BUCKETS` the least recently used goes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter, OrderedDict
 
-MAX_BUCKETS = 65536
+from gateway.tuning import LEDGER_MAX_BUCKETS
 
 
 class Holdings(Counter):
@@ -62,7 +62,7 @@ class StreamLedger:
 
 
 class RateBuckets:
-    def __init__(self, capacity: int = MAX_BUCKETS) -> None:
+    def __init__(self, capacity: int = LEDGER_MAX_BUCKETS) -> None:
         self.capacity = capacity
         self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
 

@@ -11,10 +11,10 @@ When it fetches: at start, every `tuning.JWKS_REFRESH_SECONDS`, after a reload t
 `jwks_url`, and when a worker met a token whose `kid` names no key it has (`Op.JWKS_STALE`),
 then at most once per `tuning.JWKS_STALE_SECONDS` (a flood of made-up `kid`s costs the
 provider one fetch per period). Each fetch is bounded: HTTPS verified against the system's
-CAs (`SSL_CERT_FILE` may name others), `tuning.JWKS_FETCH_SECONDS` in all, at most the key
-file's `MAX_KEY_BYTES`, checked by `jwt_keys.key_set` as a key file is. A fetch that fails,
-or a set that does not check, changes nothing: the keys in use stay, and a warning says why.
-A set that differs from the one in use is announced with its `kid`s.
+CAs (`SSL_CERT_FILE` may name others), `tuning.JWKS_FETCH_SECONDS` in all, at most a key
+file's `tuning.MAX_KEY_BYTES`, checked by gateway/config/jwt/keys.py's `key_set` as a key file
+is. A fetch that fails, or a set that does not check, changes nothing: the keys in use stay,
+and a warning says why. A set that differs from the one in use is announced with its `kid`s.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import urllib.parse
 from typing import Callable
 
 from gateway import logs
-from gateway.config import jwt_keys
+from gateway.config.jwt import keys as jwt_keys
 from gateway.sequencer.capsule.upstream_http import Origin, UpstreamError, request
-from gateway.tuning import JWKS_FETCH_SECONDS, JWKS_REFRESH_SECONDS, JWKS_STALE_SECONDS
+from gateway.tuning import JWKS_FETCH_SECONDS, JWKS_REFRESH_SECONDS, JWKS_STALE_SECONDS, MAX_KEY_BYTES
 
 log = logs.get("sequencer")
 ACCEPT = [("Accept", "application/jwk-set+json, application/json")]
@@ -94,7 +94,7 @@ class JwksFetcher:
         parts = urllib.parse.urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         status, _headers, body = await request(Origin(url, None), "GET", target, ACCEPT,
-                                               timeout=JWKS_FETCH_SECONDS, limit=jwt_keys.MAX_KEY_BYTES)
+                                               timeout=JWKS_FETCH_SECONDS, limit=MAX_KEY_BYTES)
         if status != 200:
             raise UpstreamError(f"answered {status}")
         try:

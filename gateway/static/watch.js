@@ -214,7 +214,7 @@
     } catch { return null; }
   }
 
-  // Whether the token is a JWT whose `exp` has come (this clock give or take CLOCK_SKEW, as
+  // Whether the token is a JWT whose `exp` has come (this clock give or take CLOCK_SKEW_SECONDS, as
   // mur watch judges it): the gateway ends its stream then, and refuses it after.
   function tokenExpired() {
     const expiry = token === null ? null : tokenExpiry();

@@ -48,14 +48,12 @@ from gateway.common import stall
 from gateway.config import tls
 from gateway.config.options import Config, ConfigError
 from gateway.common.control import Op
-from gateway.tuning import DRAIN_SECONDS, NOTSENT_LOWAT_BYTES
+from gateway.tuning import DRAIN_SECONDS, METRICS_BACKLOG, NOTSENT_LOWAT_BYTES, RELOAD_SECONDS
 from gateway.protocol.errors import RpcError
 from gateway.worker import process as worker_process
 from shm import Ring, check_platform
 
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
-METRICS_BACKLOG = 64
-RELOAD_TIMEOUT = 5.0
 WATCH_SECONDS = stall.PULSE_SECONDS  # how often the supervisor looks at its children
 
 
@@ -301,7 +299,7 @@ class Supervisor:
             loaded, settings, restart_only = config_reload.reread(self.loaded, self.argv)
             self.config_dict.update(settings)  # a replacement worker starts with them
             certificate = self._recheck_certificate()
-            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_TIMEOUT,
+            control.call_blocking(self.control_path, Op.RELOAD, RELOAD_SECONDS,
                                   settings={**settings, config_reload.CERTIFICATE: certificate})
         except (config_module.ConfigError, OSError, RpcError) as exc:
             self.config_dict = before

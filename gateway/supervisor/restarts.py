@@ -2,20 +2,18 @@
 
 A child that dies within QUICK_DEATH_SECONDS of its start (a certificate or /dev/shm found
 bad only in the child, a crash at import; counted from the spawn, so the interpreter's start
-and the imports, a second or more on a small box, are inside it) would die again at once: restarted every watch turn,
-it spins the supervisor and floods the log. So a quick death waits before its restart, the
-wait doubling from FIRST_DELAY up to MAX_DELAY with each further quick death; a child that has
-served SERVED_SECONDS clears the count, and any other death is restarted at once (the slot's
+and the imports, a second or more on a small box, are inside it) would die again at once:
+restarted every watch turn, it spins the supervisor and floods the log. So a quick death waits
+before its restart, the wait doubling from RESTART_FIRST_DELAY up to RESTART_MAX_DELAY with
+each further quick death (gateway/tuning.py); a child that has served SERVED_SECONDS clears
+the count, and any other death is restarted at once (the slot's
 watchers reconnect to the other workers meanwhile). The policy is data, one per slot, with no
 clock of its own: the supervisor hands it the times.
 """
 
 from __future__ import annotations
 
-QUICK_DEATH_SECONDS = 10.0
-FIRST_DELAY = 0.25
-MAX_DELAY = 30.0
-SERVED_SECONDS = 60.0
+from gateway.tuning import QUICK_DEATH_SECONDS, RESTART_FIRST_DELAY, RESTART_MAX_DELAY, SERVED_SECONDS
 
 
 class Backoff:
@@ -37,7 +35,7 @@ class Backoff:
         if lived >= SERVED_SECONDS:
             self.delay = 0.0
         if lived < QUICK_DEATH_SECONDS:
-            self.delay = FIRST_DELAY if not self.delay else min(self.delay * 2, MAX_DELAY)
+            self.delay = RESTART_FIRST_DELAY if not self.delay else min(self.delay * 2, RESTART_MAX_DELAY)
             wait = self.delay
         else:
             wait = 0.0

@@ -44,16 +44,13 @@ from gateway.protocol.activation import WATCH_SESSION
 from gateway.protocol.parser import SSEParser
 from gateway.protocol.uris import A2A_VERSION
 from gateway.watch.printer import EXIT_REFUSED, STDERR, STDOUT, WatchPrinter, Write
+from gateway.tuning import (CLOCK_SKEW_SECONDS, MAX_TOKEN_FILE_BYTES, WATCH_CONNECT_SECONDS, WATCH_PROBE_SECONDS,
+                            WATCH_READ_BYTES)
 
 DEFAULT_ADDRESS = "http://127.0.0.1:52222"
-CONNECT_TIMEOUT = 10.0
-PROBE_TIMEOUT = 2.0  # `why_ended`'s one look at /readyz
-CLOCK_SKEW = 60.0  # how far this host's clock may run behind the gateway's when a JWT's exp is judged
-READ_SIZE = 65536
 EXIT_LOST = 1
 EXIT_INTERRUPTED = 130
 TOKEN_ENV = "MUR_TOKEN"
-MAX_TOKEN_FILE_BYTES = 64 * 1024
 FRESH_TOKEN = "run mur watch again with a fresh token"
 WATCH_REQUEST = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": WATCH_SESSION, "params": {}})
 
@@ -85,7 +82,7 @@ def tls_context(cacert: str | None) -> ssl.SSLContext:
 
 
 def open_connection(address: str, cacert: str | None = None,
-                    timeout: float = CONNECT_TIMEOUT) -> http.client.HTTPConnection:
+                    timeout: float = WATCH_CONNECT_SECONDS) -> http.client.HTTPConnection:
     try:
         url = urlsplit(address)
         port = url.port
@@ -166,7 +163,7 @@ class Body:
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            while chunk := self.response.read1(READ_SIZE):
+            while chunk := self.response.read1(WATCH_READ_BYTES):
                 yield chunk
         except (OSError, http.client.HTTPException):
             return
@@ -189,9 +186,9 @@ def jwt_expiry(token: str | None) -> float | None:
 
 def expired_at(token: str | None) -> str | None:
     """When the JWT `token` expired, as a line says it; None for a token that is no JWT, names
-    no `exp`, or whose `exp` has not come (by this host's clock give or take `CLOCK_SKEW`)."""
+    no `exp`, or whose `exp` has not come (by this host's clock give or take `CLOCK_SKEW_SECONDS`)."""
     expires = jwt_expiry(token)
-    if expires is None or expires > time.time() + CLOCK_SKEW:
+    if expires is None or expires > time.time() + CLOCK_SKEW_SECONDS:
         return None
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
 
@@ -199,11 +196,11 @@ def expired_at(token: str | None) -> str | None:
 def why_ended(address: str, cacert: str | None, token: str | None = None) -> str:
     """What a gateway's end of a watcher's stream, without capsule-closed, meant, told by one
     look at its /readyz (not a reconnect): still ready, it ended the stream because the token
-    expired (a JWT whose `exp` has come, by this host's clock give or take `CLOCK_SKEW`), or
+    expired (a JWT whose `exp` has come, by this host's clock give or take `CLOCK_SKEW_SECONDS`), or
     because a reload revoked the token or a static token's `expires` came (worker/reload.py,
     worker/opening.py); not answering, or 503, it is stopping (its drain)."""
     try:
-        connection = open_connection(address, cacert, PROBE_TIMEOUT)
+        connection = open_connection(address, cacert, WATCH_PROBE_SECONDS)
         with contextlib.closing(connection):
             connection.request("GET", urlsplit(address).path.rstrip("/") + "/readyz")
             status = connection.getresponse().status

@@ -23,9 +23,7 @@ from gateway.protocol.activation import WATCH_OWN_TASKS
 from gateway.protocol.uris import A2A_VERSION, CAPSULE_URI, DOOR_URI, OWN_TASKS_URI, STREAM_URI
 from gateway.worker.door.asgi_http import RETRY_AFTER
 from gateway.worker.door.refusal import Refused
-
-CARD_MAX_AGE_SECONDS = 300  # what the card's cache-control allows clients; the worker reads it again after
-MAX_CACHED_HOSTS = 64
+from gateway.tuning import CARD_CACHED_HOSTS, CARD_MAX_AGE_SECONDS
 
 
 def own_url(config: Config, scope: Mapping) -> str:
@@ -132,7 +130,7 @@ class CardRoute:
         if host in cache and time.monotonic() - cache[host][3] > CARD_MAX_AGE_SECONDS:
             del cache[host]  # an upstream's card may change: read it again after max-age
         if host not in cache:
-            if len(cache) > MAX_CACHED_HOSTS:
+            if len(cache) > CARD_CACHED_HOSTS:
                 cache.clear()
             body = await self._build(request)
             if isinstance(body, Response):

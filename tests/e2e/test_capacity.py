@@ -9,7 +9,8 @@ import socket
 
 import pytest
 
-from gateway.config.capacity import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER, connection_limit
+from gateway.config.capacity import connection_limit
+from gateway.tuning import FD_RESERVE, MEMORY_SHARE, PLAN_BYTES_PER_WATCHER
 from helpers.gateway_harness import GatewayOptions, Tally, running_gateway, scrape, wait_for
 from helpers.raw_http import exchange, head, refusal
 from helpers.sse_reading import SSEStream, reset

@@ -1,7 +1,7 @@
-"""`[network.authentication.jwt]` in the configuration (gateway/config/authentication.py,
-gateway/config/jwt_keys.py): the key file read and fitted to each algorithm at --check and at start, one line per
-mistake; --print-config shows the table and never the key; and the door's verifier with each kind of
-key (HMAC secret, RSA, EdDSA), as PyJWT mints them."""
+"""`[network.authentication.jwt]` in the configuration (gateway/config/jwt/): the key file read
+and fitted to each algorithm at --check and at start, one line per mistake; --print-config
+shows the table and never the key; and the door's verifier with each kind of key (HMAC
+secret, RSA, EdDSA), as PyJWT mints them."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from gateway.config import options as config
 from gateway.config import resolve as config_resolve
-from gateway.config import jwt_keys
-from gateway.worker.door.bearer_jwt import JwtVerifier
-from gateway.worker.door.jwt_claims import TokenProblem
+from gateway.config.jwt import keys as jwt_keys
+from gateway.config.jwt import settings as jwt_settings
+from gateway.worker.door.jwt import TokenProblem
+from gateway.worker.door.jwt.verifier import JwtVerifier
 from helpers.gateway_harness import Tally, judged, running_gateway, start_refusal
 from helpers.jwt_tokens import KeyPair, jwt_table
 
@@ -212,8 +213,8 @@ def test_each_kind_of_key_verifies_its_tokens_and_no_other(algorithm):
 
 
 def test_the_algorithm_names_are_pyjwts_less_none():
-    """jwt_keys writes the names out so that reading a configuration loads no PyJWT."""
-    assert set(jwt_keys.ALGORITHMS) == set(jwt.algorithms.get_default_algorithms()) - {"none"}
+    """config/jwt/settings.py writes the names out so that reading a configuration loads no PyJWT."""
+    assert set(jwt_settings.ALGORITHMS) == set(jwt.algorithms.get_default_algorithms()) - {"none"}
 
 
 def cryptography_mapped(pid: int) -> bool:

@@ -1,4 +1,4 @@
-"""JWT bearer tokens at the door ([network.authentication.jwt], gateway/worker/door/bearer_jwt.py),
+"""JWT bearer tokens at the door ([network.authentication.jwt], gateway/worker/door/jwt/),
 end to end on a real gateway: a good token opens a stream, every bad one is answered exactly as
 an unknown token, the scope is the method's, `sub` is the caller; and a stream ends when its
 token expires, a JWT's `exp` or a static token's `expires`, as a revocation does."""

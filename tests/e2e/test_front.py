@@ -82,7 +82,7 @@ def test_a_stream_after_a_get_task_on_one_keep_alive_connection(gateway):
 
 def test_a_refused_stream_keeps_the_connection_for_the_next_request(gateway):
     """A stream request answered with a JSON-RPC error (here -32009, A2A-Version) leaves the
-    connection open as hypercorn does: the next request on it is answered."""
+    connection open: the next request on it is answered."""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=RAW_READ_TIMEOUT) as sock:
         sock.sendall(request().replace(b"A2A-Version: 1.0", b"A2A-Version: 9.0"))
         answer, rest = read_answer(sock)

@@ -42,7 +42,7 @@ STREAM_METHODS = {"SendStreamingMessage", "SubscribeToTask", "murmur.WatchSessio
 SCOPES = [m for m in METHODS if m != "murmur.StopSession"]
 JSON_RPC_CODES = {-32700, -32600, -32601, -32602, -32001, -32002, -32004, -32005, -32009}
 DOOR_STATUSES = {401, 403, 404, 405, 408, 413, 429, 431, 503}
-# hypercorn's own answers to bytes h11 will not take as HTTP/1.1 (h11's status hints), with
+# The front's own answers to bytes it will not take as HTTP/1.1 (gateway/worker/http/), with
 # the door's problem details and a closed connection. 431 is also a finished head the door
 # refused; 505 an HTTP version other than 1.0 and 1.1, 501 a lower-case method, 400 also an
 # ambiguous head (CL+TE, obs-fold, bare LF, two Authorization headers: door/head.py).

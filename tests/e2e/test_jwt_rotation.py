@@ -1,5 +1,5 @@
-"""Keys rotated with overlap, and a token verified once (gateway/config/jwt_keys.py,
-gateway/worker/door/bearer_jwt.py), on a real gateway reloaded by SIGHUP.
+"""Keys rotated with overlap, and a token verified once (gateway/config/jwt/keys.py,
+gateway/worker/door/jwt/verifier.py), on a real gateway reloaded by SIGHUP.
 
 A JWKS key file rotated in three steps (publish the new key beside the old, mint with the
 new, retire the old) keeps every live token working at each step; each reload's log line

@@ -22,8 +22,8 @@ import pytest
 
 from gateway.common import board
 from gateway.common import procstat
-from gateway.common.stall import (BUSY_CPU_SECONDS, BUSY_TURNS, STARTUP_SECONDS, TEST_HANG_ENV,
-                           StallWatch, stood_still_for)
+from gateway.common.stall import BUSY_CPU_SECONDS, BUSY_TURNS, TEST_HANG_ENV, StallWatch, stood_still_for
+from gateway.tuning import STALL_STARTUP_SECONDS
 from helpers.gateway_harness import running_gateway, stopped, wait_for
 from helpers.http_client import Http, headers_for, rpc_body
 from helpers.sse_reading import SSEStream, STORM_WATCHERS, WATCH, frame_of, full_ring, read_replay
@@ -138,8 +138,8 @@ def test_a_worker_that_never_beat_has_the_startup_grace_of_its_own_time():
     watch = StallWatch(board.Board(words), 1.0, waited=kernel)
     watch.started(0, os.getpid(), 0.0)
     kernel.waits[os.getpid()] = 20_000_000_000
-    assert not watch.stuck(0, os.getpid(), STARTUP_SECONDS + 10.0)  # 20 s of it waited
-    assert watch.stuck(0, os.getpid(), STARTUP_SECONDS + 21.0)
+    assert not watch.stuck(0, os.getpid(), STALL_STARTUP_SECONDS + 10.0)  # 20 s of it waited
+    assert watch.stuck(0, os.getpid(), STALL_STARTUP_SECONDS + 21.0)
 
 
 def test_this_kernel_accounts_run_queue_waits_or_the_watchdog_says_it_counts_wall_time(tmp_path):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gateway.config.capacity import FD_RESERVE
+from gateway.tuning import FD_RESERVE
 from gateway.worker.process import TEST_EXIT_ENV
 from helpers.gateway_harness import ROOT, running_gateway, scrape, session_memory, token_table, wait_for
 from helpers.tls_support import Certificates

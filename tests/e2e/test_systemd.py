@@ -22,8 +22,8 @@ import urllib.request
 
 import pytest
 
-from gateway.config import capacity
 from gateway.config import options as config_module
+from gateway import tuning
 from helpers.gateway_harness import ROOT, START_TIMEOUT, judged, require_tool, running_gateway
 
 SYSTEMD = os.path.join(ROOT, "deploy", "systemd")
@@ -70,9 +70,9 @@ def test_the_unit_is_notify_reload_checks_first_and_drops_privileges():
     # The comment's arithmetic is gateway/config/capacity.py's: the limit less its reserve, a worker's
     # connections, and the memory at which the memory share allows as many.
     nofile = int(directives("LimitNOFILE")[0])
-    per_worker = nofile - capacity.FD_RESERVE
+    per_worker = nofile - tuning.FD_RESERVE
     assert f"{per_worker:,} connections" in unit_text()
-    memory = per_worker * capacity.PLAN_BYTES_PER_WATCHER / capacity.MEMORY_SHARE
+    memory = per_worker * tuning.PLAN_BYTES_PER_WATCHER / tuning.MEMORY_SHARE
     assert f"about {round(memory / (1 << 30))} GiB" in unit_text()
 
 

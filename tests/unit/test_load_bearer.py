@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gateway.config.options import Jwt
-from gateway.worker.door.bearer_jwt import JwtVerifier
+from gateway.worker.door.jwt.verifier import JwtVerifier
 from helpers.gateway_harness import Tally
 from loadtest import bearer
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.supervisor.restarts import FIRST_DELAY, MAX_DELAY, QUICK_DEATH_SECONDS, SERVED_SECONDS, Backoff
+from gateway.supervisor.restarts import Backoff
+from gateway.tuning import QUICK_DEATH_SECONDS, RESTART_FIRST_DELAY, RESTART_MAX_DELAY, SERVED_SECONDS
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +27,7 @@ def lives(backoff: Backoff, spans: list[float]) -> list[float]:
 
 def test_quick_deaths_wait_twice_as_long_each_time_up_to_the_cap():
     waits = lives(Backoff(), [0.1] * 10)
-    assert waits == [FIRST_DELAY * 2 ** k for k in range(7)] + [MAX_DELAY] * 3
+    assert waits == [RESTART_FIRST_DELAY * 2 ** k for k in range(7)] + [RESTART_MAX_DELAY] * 3
 
 
 def test_a_death_after_a_while_restarts_at_once_and_keeps_the_count():

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from gateway.protocol.errors import CONTENT_TYPE_NOT_SUPPORTED, INVALID_PARAMS, RpcError
+from gateway.tuning import MAX_MESSAGE_ID
 
 FILE_PART_KEYS = ("raw", "url")
 PART_CONTENT_KEYS = ("text", "raw", "url", "data")
-MAX_MESSAGE_ID = 256
 
 
 class UserMessage(NamedTuple):

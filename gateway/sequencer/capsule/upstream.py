@@ -56,12 +56,10 @@ from gateway.protocol.activation import (CANCEL_TASK, GET_EXTENDED_AGENT_CARD, G
 from gateway.protocol.errors import INTERNAL_ERROR, TASK_NOT_FOUND, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
 from gateway.protocol.uris import A2A_VERSION, STREAM_URI
+from gateway.tuning import ATTACHMENT_CACHE_BYTES, UPSTREAM_BACKOFF_CAP, UPSTREAM_BACKOFF_FIRST, UPSTREAM_CARD_SECONDS
 
 LINK_RPC_ID = 0
 LINK_PREFIX = b'{"jsonrpc":"2.0","id":0,"result":'
-BACKOFF_FIRST, BACKOFF_CAP = 0.1, 5.0
-ATTACHMENT_CACHE_BYTES = 32 << 20
-CARD_SECONDS = 30.0
 KNOWN_STATES = frozenset(state for state, _word in states.STATES)
 
 
@@ -113,7 +111,7 @@ class UpstreamCapsule:
 
     async def run(self) -> None:
         """Hold the WatchSession forever, reconnecting with capped, jittered backoff."""
-        delay = BACKOFF_FIRST
+        delay = UPSTREAM_BACKOFF_FIRST
         while True:
             try:
                 resumed_from = self.last_id
@@ -121,12 +119,12 @@ class UpstreamCapsule:
                     self.log.warning("upstream link lagged; resuming from the upstream's replay",
                                      last_id=self.last_id)
                     continue  # at once: the events the upstream skipped are in its replay buffer
-                delay = BACKOFF_FIRST
+                delay = UPSTREAM_BACKOFF_FIRST
             except (UpstreamError, ValueError) as exc:
                 self.log.warning("upstream stream lost", error=str(exc), last_id=self.last_id)
             self.writer.set_connected(False)
             await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(BACKOFF_CAP, delay * 2)
+            delay = min(UPSTREAM_BACKOFF_CAP, delay * 2)
 
     async def _follow(self) -> bool:
         """Read the upstream's WatchSession into the ring until it ends; True when it ended on
@@ -364,7 +362,7 @@ class UpstreamCapsule:
     async def card(self, p: dict) -> dict:
         """The upstream's public card (cached briefly); the worker puts its own address in."""
         now = asyncio.get_running_loop().time()
-        if self._card is None or now - self._card[0] > CARD_SECONDS:
+        if self._card is None or now - self._card[0] > UPSTREAM_CARD_SECONDS:
             try:
                 status, _, body = await request(self.origin, "GET", "/.well-known/agent-card.json", [])
             except UpstreamError as exc:

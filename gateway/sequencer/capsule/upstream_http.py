@@ -20,9 +20,7 @@ from typing import AsyncIterator
 import h11
 
 from gateway.config import tls
-
-MAX_BODY = 64 << 20
-CONNECT_TIMEOUT = 5.0
+from gateway.tuning import UPSTREAM_CONNECT_SECONDS, UPSTREAM_MAX_BODY, UPSTREAM_REQUEST_SECONDS
 
 
 class UpstreamError(ConnectionError):
@@ -46,7 +44,7 @@ class Origin:
         try:
             return await asyncio.wait_for(asyncio.open_connection(
                 self.host, self.port, ssl=self.tls, server_hostname=self.host if self.tls else None),
-                CONNECT_TIMEOUT)
+                UPSTREAM_CONNECT_SECONDS)
         except ssl.SSLCertVerificationError as exc:
             raise UpstreamError(f"{self.authority}: its TLS certificate is not trusted: "
                                 f"{exc.verify_message or exc.reason}") from None
@@ -104,7 +102,7 @@ class Connection:
             elif isinstance(event, h11.ConnectionClosed):
                 raise UpstreamError(f"{self.authority} closed the connection mid-body")
 
-    async def read_body(self, limit: int = MAX_BODY) -> bytes:
+    async def read_body(self, limit: int = UPSTREAM_MAX_BODY) -> bytes:
         parts, size = [], 0
         async for chunk in self.chunks():
             size += len(chunk)
@@ -119,7 +117,8 @@ class Connection:
 
 
 async def request(origin: Origin, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b"",
-                  timeout: float = 30.0, limit: int = MAX_BODY) -> tuple[int, dict[str, str], bytes]:
+                  timeout: float = UPSTREAM_REQUEST_SECONDS,
+                  limit: int = UPSTREAM_MAX_BODY) -> tuple[int, dict[str, str], bytes]:
     """(status, lower-cased headers, body of at most `limit` bytes) of one request."""
     conn = Connection(origin)
     try:

@@ -15,9 +15,7 @@ from gateway.sequencer.capsule.upstream_errors import raise_refusal, relayed, un
 from gateway.sequencer.capsule.upstream_http import Connection, Origin, UpstreamError
 from gateway.protocol.errors import INTERNAL_ERROR, RpcError
 from gateway.protocol.parser import SSEParser, read_stream_response
-
-OPENING_TIMEOUT = 30.0
-OPENING_BYTES = 1 << 20
+from gateway.tuning import UPSTREAM_OPENING_BYTES, UPSTREAM_OPENING_SECONDS
 
 
 async def stream_opening(origin: Origin, headers: list[tuple[str, str]], method: str, params: dict) -> dict:
@@ -26,7 +24,7 @@ async def stream_opening(origin: Origin, headers: list[tuple[str, str]], method:
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
     conn = Connection(origin)
     try:
-        async with asyncio.timeout(OPENING_TIMEOUT):
+        async with asyncio.timeout(UPSTREAM_OPENING_SECONDS):
             head = await conn.open("POST", "/", headers, body)
             kind = dict((k.lower(), v) for k, v in head.headers).get(b"content-type", b"")
             if not kind.startswith(b"text/event-stream"):
@@ -37,10 +35,11 @@ async def stream_opening(origin: Origin, headers: list[tuple[str, str]], method:
                 for event in parser.feed(chunk):
                     if event.data is not None:
                         return _opening_task(method, event.data)
-                if seen > OPENING_BYTES:
+                if seen > UPSTREAM_OPENING_BYTES:
                     break
     except TimeoutError:
-        raise RpcError(INTERNAL_ERROR, f"the upstream did not open {method} within {OPENING_TIMEOUT:g} s") from None
+        raise RpcError(INTERNAL_ERROR,
+                       f"the upstream did not open {method} within {UPSTREAM_OPENING_SECONDS:g} s") from None
     except UpstreamError as exc:
         raise unreachable(method, exc) from None
     finally:

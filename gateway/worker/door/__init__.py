@@ -3,7 +3,7 @@
 - `admission`: the worker's open-request limit (503), the head limits (431), the probes'
   own bound, and no WebSocket (403), before any route;
 - `auth`: who is asking (bearer tokens as sha256, scopes) and the `Caller` that makes;
-- `bearer_jwt`: a JWT bearer token verified, and the rule its claims make;
+- `jwt/`: a JWT bearer token verified, and the rule its claims make;
 - `refusal`: `Refused`, and `refuse`, the one way a refusal leaves (count, then send);
 - `head`: what makes a request head ambiguous (smuggling, two Authorization headers), pure;
 - `rpc_checks`: what a JSON-RPC request on `POST /` must be (content type, id, depth, no member twice);

@@ -7,10 +7,11 @@ answers here rather than through Starlette's Response.
 
 from __future__ import annotations
 
+from gateway.tuning import RETRY_AFTER_SECONDS
+
 JSON_HEAD = [(b"content-type", b"application/json")]
 CLOSE = (b"connection", b"close")
 NOSNIFF = (b"x-content-type-options", b"nosniff")
-RETRY_AFTER_SECONDS = 1
 RETRY_AFTER = (b"retry-after", str(RETRY_AFTER_SECONDS).encode())
 # Where a server that read the whole body before the app ran (the front of HTTP/1.1
 # connections, within --max-body-bytes) puts it in the ASGI scope: the app takes it from

@@ -3,7 +3,7 @@
 Static tokens are kept only as sha256 and compared in constant time; a token's `name` owns
 the tasks it creates, so a rotated token keeps them. A token past its `expires` is refused as
 an unknown one. With `[network.authentication.jwt]`, a token no static entry matches is
-verified as a JWT (bearer_jwt.py): its `sub` is the rule's name, its `exp` the rule's expiry.
+verified as a JWT (door/jwt/): its `sub` is the rule's name, its `exp` the rule's expiry.
 A JWT whose `sub` is a static token's name is refused as an unknown one: else it would own,
 and see, that token's tasks and draw on its stream places (one warning line names the clash).
 
@@ -25,11 +25,11 @@ from gateway.config.options import Config, TokenRule
 from gateway.common.control import EVERY_TASK, Caller
 from gateway.common.metrics import Counters
 from gateway.protocol.activation import WATCH_SESSION
-from gateway.worker.door.jwt_claims import JwtRule, TokenProblem
+from gateway.worker.door.jwt import JwtRule, TokenProblem, verifier_for
 from gateway.worker.door.refusal import Refused
 
-if TYPE_CHECKING:  # PyJWT loads only where JWTs are taken (`Door.apply`)
-    from gateway.worker.door.bearer_jwt import JwtVerifier
+if TYPE_CHECKING:  # a name for the annotations; PyJWT loads only where JWTs are taken (`verifier_for`)
+    from gateway.worker.door.jwt.verifier import JwtVerifier
 
 log = logs.get("worker")
 SUB_CLASH = "a JWT's sub is a static token's name; refused as an unknown token"
@@ -62,8 +62,7 @@ class Door:
         self.static_names = frozenset(rule.name for rule in config.tokens)
         self.jwt: JwtVerifier | None = None
         if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
-            from gateway.worker.door.bearer_jwt import JwtVerifier
-            self.jwt = JwtVerifier(config.jwt, self.counters)
+            self.jwt = verifier_for(config.jwt, self.counters)
 
     @property
     def public(self) -> bool:

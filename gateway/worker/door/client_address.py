@@ -27,10 +27,11 @@ import ipaddress
 import re
 from functools import lru_cache
 
+from gateway.tuning import IPV6_KEY_PREFIX
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-IPV6_KEY_PREFIX = 64
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 # One forwarded-pair (RFC 7239 section 4): token "=" ( token / quoted-string ), then its separator.
 _PAIR = re.compile(rf'\s*({_TOKEN})=({_TOKEN}|"(?:[^"\\]|\\.)*")\s*([;,]|$)')

@@ -1,34 +1,28 @@
-"""`[network.authentication.jwt]`'s keys and algorithms, as the configuration checks them.
+"""`[network.authentication.jwt]`'s keys, as the configuration checks them and the door verifies with them.
 
-The door verifies JWT bearer tokens with PyJWT (gateway/worker/door/bearer_jwt.py) against
-the key file: an HMAC secret (HS256/384/512: the file's bytes, a trailing newline dropped),
-one PEM public key (RS*, PS*, ES*, EdDSA), or a JWKS document (`{"keys": [...]}`, RFC 7517),
-whose keys a token picks by its header's `kid`: a set publishes the old key and the new one
+The door verifies JWT bearer tokens with PyJWT (gateway/worker/door/jwt/) against the key
+file: an HMAC secret (HS256/384/512: the file's bytes, a trailing newline dropped), one PEM
+public key (RS*, PS*, ES*, EdDSA), or a JWKS document (`{"keys": [...]}`, RFC 7517), whose
+keys a token picks by its header's `kid`: a set publishes the old key and the new one
 together while tokens of both are alive, so keys rotate with overlap. A PEM file of two keys
 is refused (PEM names no key, so a token could not pick one; the set is the way to publish two).
 
-The algorithms a token may use are the configuration's, never its header's; `none` is never
-one. A single key must fit each configured algorithm (ES256 a P-256 key, RS256 an RSA key
-of 2048 bits or more, HS256 a secret of at least 32 bytes, as RFC 7518 section 3.2 asks, so
-PyJWT has no short key to warn of on stderr at each token); a set's key must fit at
-least one, and verifies only those (and only its own `alg`, when it names one). So a table that
-could verify nothing stops the start and `--check`, rather than refusing every token at run
-time. A private key is refused: the gateway only verifies, and a key that can sign has no
-place on it.
+A single key must fit each configured algorithm (ES256 a P-256 key, RS256 an RSA key of 2048
+bits or more, HS256 a secret of at least 32 bytes, as RFC 7518 section 3.2 asks, so PyJWT has
+no short key to warn of on stderr at each token); a set's key must fit at least one, and
+verifies only those (and only its own `alg`, when it names one). So a table that could verify
+nothing stops the start and `--check`, rather than refusing every token at run time. A
+private key is refused: the gateway only verifies, and a key that can sign has no place on it.
 
-Or the keys are a JWKS fetched over HTTPS (`jwks_url`, `parse_jwks_url`): the sequencer
-fetches it (gateway/sequencer/jwks.py) and hands its text to the workers as a reload would,
-checked by `key_set` as a file's is.
+Or the keys are a JWKS fetched over HTTPS (`settings.parse_jwks_url`): the sequencer fetches
+it (gateway/sequencer/jwks.py) and hands its text to the workers as a reload would, checked
+by `key_set` as a file's is.
 
 `read_key` answers the file as text (a secret's bytes as Latin-1, lossless), which travels
 to the workers inside the configuration, the same bytes a reload checked (`key_problem`);
 each worker makes its `KeySet` of it once per reload (`key_set`). `key_names` says which keys
-a file holds, for the reload's log line: a set's `kid`s, a PEM key's fingerprint.
-
-PyJWT and `cryptography` are imported only when a key is checked or prepared: a gateway
-without the table never loads them (about 11 MiB in each of its processes, RESULTS run 12),
-while the algorithm names, which every configuration's declarations read, are written here
-(tests/e2e/test_config_jwt.py keeps them equal to PyJWT's).
+a file holds, for the reload's log line: a set's `kid`s, a PEM key's fingerprint. PyJWT and
+`cryptography` are imported inside the functions that prepare a key, never at import.
 """
 
 from __future__ import annotations
@@ -36,48 +30,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import urllib.parse
 from typing import Any
 
-# Every algorithm PyJWT (with cryptography) verifies, but `none` (a token with no signature).
-ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-              "ES256", "ES256K", "ES384", "ES512", "ES521", "EdDSA")
+from gateway.tuning import MAX_KEY_BYTES, MAX_SET_KEYS
+
 HMAC_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}  # RFC 7518 3.2: at least the hash's size
-MAX_KEY_BYTES = 64 * 1024
 PEM = b"-----BEGIN "
-MAX_SET_KEYS = 16  # a set holds the keys in use and those retiring, not a directory
-
-
-def parse_algorithms(value: Any) -> tuple[str, ...]:
-    """A non-empty array of algorithm names, as JWS spells them."""
-    accepts = "it accepts a non-empty array of " + ", ".join(ALGORITHMS)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"must be an array of algorithm names; {accepts}")
-    for name in value:
-        if name.lower() == "none":
-            raise ValueError("'none' is a token without a signature, never accepted")
-        if name not in ALGORITHMS:
-            raise ValueError(f"{name!r} is not an algorithm; {accepts}")
-    return tuple(dict.fromkeys(value))
-
-
-def parse_jwks_url(value: Any) -> str:
-    """An https:// URL with a host (and a path, a query): where the JWKS is published; empty:
-    none (the keys are key_file's)."""
-    if not isinstance(value, str):
-        raise ValueError("must be text: an https:// URL")
-    if not value.strip():
-        return ""
-    parts = urllib.parse.urlsplit(value.strip())
-    if "@" in parts.netloc:
-        raise ValueError("a URL must not carry credentials (user:password@)")
-    if parts.scheme != "https" or not parts.hostname:
-        raise ValueError("must be an https:// URL with a host: keys are fetched over verified TLS only")
-    try:
-        parts.port  # noqa: B018 -- raises ValueError for a port out of range
-    except ValueError:
-        raise ValueError("has no usable port; it accepts 1-65535") from None
-    return value.strip()
 
 
 def key_bytes(key: str) -> bytes:

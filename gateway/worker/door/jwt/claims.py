@@ -6,7 +6,7 @@ is read here with no leniency, as the door reads a JSON-RPC body: JSON that orjs
 one object naming no member twice (`{"sub":"a","sub":"b"}` is neither: `claims`, as a
 duplicate JSON-RPC member is -32600), `exp` (required), `nbf` and `iat` JSON numbers within
 `TIMES` (RFC 7519 NumericDate; a string is refused: `claims`), `sub` (required) a string of 1
-to `MAX_SUBJECT` characters, `scope` a string, `max_streams` a whole number, `iss` a string,
+to `JWT_MAX_SUBJECT` characters, `scope` a string, `max_streams` a whole number, `iss` a string,
 `aud` a string or an array of strings. Then the checks in time and of the table (no leeway):
 `exp` past is `expired`; `nbf` or `iat` ahead is `not_yet_valid`; `iss` other than the
 configured issuer `issuer`; `aud` not naming the configured audience, or naming one where none
@@ -22,11 +22,9 @@ import json
 
 import orjson
 
-from gateway.config.authentication import SCOPES
-from gateway.config.options import TokenRule
+from gateway.config.options import SCOPES, TokenRule
+from gateway.tuning import JWT_MAX_SCOPE_WORDS, JWT_MAX_SUBJECT
 
-MAX_SUBJECT = 256
-MAX_SCOPE_WORDS = 64
 TIMES = (0, 253402300799)  # 1970 to 9999-12-31T23:59:59Z: a NumericDate a clock can reach
 TIME_CLAIMS = ("exp", "nbf", "iat")
 
@@ -66,8 +64,8 @@ def claims_of(payload: bytes) -> dict:
         if name not in claims:
             raise TokenProblem("claims", f"no {name}")
     subject = claims["sub"]
-    if not isinstance(subject, str) or not 0 < len(subject) <= MAX_SUBJECT:
-        raise TokenProblem("claims", f"sub is not a string of 1 to {MAX_SUBJECT} characters")
+    if not isinstance(subject, str) or not 0 < len(subject) <= JWT_MAX_SUBJECT:
+        raise TokenProblem("claims", f"sub is not a string of 1 to {JWT_MAX_SUBJECT} characters")
     if not isinstance(claims.get("scope", ""), str) or not isinstance(claims.get("iss", ""), str):
         raise TokenProblem("claims", "scope or iss is not a string")
     max_streams = claims.get("max_streams", 0)
@@ -100,5 +98,5 @@ def check(claims: dict, now: float, issuer: str, audience: str) -> None:
 def rule_of(claims: dict) -> JwtRule:
     """The rule a verified token's claims make: `sub` the caller, the scopes this gateway
     serves (others ignored: a token minted for several services may name theirs)."""
-    scopes = tuple(word for word in claims.get("scope", "").split()[:MAX_SCOPE_WORDS] if word in SCOPES)
+    scopes = tuple(word for word in claims.get("scope", "").split()[:JWT_MAX_SCOPE_WORDS] if word in SCOPES)
     return JwtRule(claims["sub"], "", scopes, claims.get("max_streams", 0), float(claims["exp"]))

@@ -5,7 +5,7 @@ file has one key, and reads no `kid`; a JWKS's key is the one of that `kid`: non
 `unknown_key`). PyJWT's JWS checks the signature with that key and only the algorithms both
 the table and the key allow (never the header's alone, never `none`: `algorithm`; a bad
 signature: `signature`; a token that does not parse as a JWS: `malformed`). Then the payload
-is read strictly and checked (jwt_claims.py). Any failure raises `TokenProblem`: the door
+is read strictly and checked (claims.py). Any failure raises `TokenProblem`: the door
 answers it exactly as an unknown token, and tells the operator its word.
 
 A token that verified is kept by its sha256 (the digest the door computed to look for a
@@ -23,10 +23,10 @@ import time
 import jwt
 
 from gateway.common.metrics import Counters
-from gateway.config.jwt_keys import key_set
+from gateway.config.jwt.keys import key_set
 from gateway.config.options import Jwt
 from gateway.tuning import JWT_VERIFIED_KEPT
-from gateway.worker.door.jwt_claims import JwtRule, TokenProblem, check, claims_of, rule_of
+from gateway.worker.door.jwt.claims import JwtRule, TokenProblem, check, claims_of, rule_of
 
 JWS = jwt.PyJWS(options={"verify_signature": True})
 
