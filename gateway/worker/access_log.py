@@ -115,12 +115,6 @@ class NotingSend:
         await self.send(message)
 
 
-def server_send(send):
-    """The server's own send behind `NotingSend`: a stream's sink is found from it (the
-    front's own send: asgi_sink.sink_for) and writes to it, the stream's status noted already."""
-    return send.send if isinstance(send, NotingSend) else send
-
-
 class AccessLog:
     """Writes the lines (or, with `--access-log off`, none). `Admission` (door/admission.py)
     begins an `Exchange` for every HTTP request and WebSocket handshake and ends it when the

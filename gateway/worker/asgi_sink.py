@@ -1,7 +1,8 @@
-"""A stream's sink, chosen by the server that serves it (`sink_for`): the front of HTTP/1.1
-connections is its own stream's sink (gateway/worker/http/front.py); every stream hypercorn
-serves (HTTP/2) has the plain ASGI sink, `AsgiSink`: its bytes as ASGI body sends, and its
-client's leaving. It follows no internals of hypercorn: it is ASGI alone.
+"""A stream's sink, chosen for the server that serves it (`sink_for`): the front of HTTP/1.1
+connections hands itself over in the request's scope (gateway/worker/http/front.py, sink.py's
+`SCOPE_EXTENSION`); every stream hypercorn serves (HTTP/2) has the plain ASGI sink,
+`AsgiSink`: its bytes as ASGI body sends, and its client's leaving. It follows no internals
+of hypercorn: it is ASGI alone.
 
 `write` keeps the body and answers blocked, so the stream's coroutine sends it in `drain`:
 one ASGI send per wake-up, one DATA frame. A task of the sink's own waits on `receive` for
@@ -21,19 +22,17 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
-from gateway.worker.http.cycle import Cycle
+from gateway.worker.delivery.sink import SCOPE_EXTENSION, Sink
 
 Send = Callable[[dict], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict]]
 
 
-def sink_for(send: Send, receive: Receive):
-    """A stream's sink: the front, where it serves the stream (its send is a request's
-    `Cycle.send`: gateway/worker/http/cycle.py); the plain ASGI sink wherever hypercorn does."""
-    cycle = getattr(send, "__self__", None)
-    if isinstance(cycle, Cycle):
-        return cycle.front
-    return AsgiSink(send, receive)
+def sink_for(scope: dict, send: Send, receive: Receive) -> Sink:
+    """A stream's sink: the front, where it serves the stream (it handed itself over in the
+    scope); the plain ASGI sink wherever hypercorn does."""
+    sink = scope["extensions"].get(SCOPE_EXTENSION)
+    return AsgiSink(send, receive) if sink is None else sink
 
 
 class AsgiSink:

@@ -10,11 +10,18 @@ switch. Two kinds, by `writes_at_once`:
 - False: an ASGI send is a coroutine (a stream hypercorn serves: HTTP/2). Such a sink keeps
   the body and answers blocked; the stream's coroutine (`Hub.serve`) then awaits `drain`,
   which sends it, and `end`.
+
+The server hands its sink to the app in the request's scope (`SCOPE_EXTENSION`, the front);
+a request with none there is an ASGI server's (asgi_sink.sink_for).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+# The scope's `extensions` key under which a server that is its streams' sink hands itself
+# over (the front: gateway/worker/http/cycle.py's `scope_of`).
+SCOPE_EXTENSION = "murgw.stream_sink"
 
 
 class Listener(Protocol):
