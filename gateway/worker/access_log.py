@@ -46,7 +46,7 @@ from gateway import logs
 from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
 
 if TYPE_CHECKING:
-    from gateway.worker.delivery.hub import Served
+    from gateway.worker.delivery.drivers import Served
 
 SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
 MAX_PATH_CHARS = 200
