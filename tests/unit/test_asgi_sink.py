@@ -11,6 +11,7 @@ import asyncio
 import pytest
 
 from gateway.worker.asgi_sink import AsgiSink
+from helpers.loop_turns import until
 
 pytestmark = pytest.mark.unit
 
@@ -44,14 +45,6 @@ class Client:
 
     def bodies(self) -> list[tuple[bytes, bool]]:
         return [(message["body"], message["more_body"]) for message in self.sent]
-
-
-async def until(predicate, turns: int = 1000) -> None:
-    for _ in range(turns):  # bounded: loop turns, not seconds
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("never happened")
 
 
 def served(scenario):

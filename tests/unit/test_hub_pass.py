@@ -26,6 +26,7 @@ from gateway.worker.delivery.drivers import DRAIN, PARK, Served
 from gateway.worker.delivery.hub import Hub
 from gateway.worker.delivery.stream import Stream, TaskView
 from gateway.worker.delivery.window import PIECE_BYTES
+from helpers.loop_turns import until
 from shm import Ring
 
 pytestmark = pytest.mark.unit
@@ -455,14 +456,6 @@ async def queued_full_replay(bench: Bench) -> tuple[Served, FakeSink]:
     stream = await open_replaying(bench, sink)
     assert stream.queued and sink.writes == []
     return stream, sink
-
-
-async def until(predicate, turns: int = 10_000) -> None:
-    for _ in range(turns):  # bounded: loop turns, not seconds
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("never happened")
 
 
 def test_a_storm_of_replays_is_written_a_bounded_piece_per_stream_per_turn(ring):
