@@ -46,7 +46,7 @@ from gateway import logs
 from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
 
 if TYPE_CHECKING:
-    from gateway.worker.delivery.hub import Served
+    from gateway.worker.delivery.drivers import Served
 
 SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
 MAX_PATH_CHARS = 200
@@ -113,12 +113,6 @@ class NotingSend:
         if message["type"] in ("http.response.start", "websocket.http.response.start"):
             self.exchange.status = message["status"]
         await self.send(message)
-
-
-def server_send(send):
-    """The server's own send behind `NotingSend`: a stream's sink is found from it (the
-    front's own send: asgi_sink.sink_for) and writes to it, the stream's status noted already."""
-    return send.send if isinstance(send, NotingSend) else send
 
 
 class AccessLog:

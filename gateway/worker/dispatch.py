@@ -37,11 +37,12 @@ from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNA
                                      INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
-from gateway.worker.access_log import AccessLog, Exchange, exchange_of, server_send
+from gateway.worker.access_log import AccessLog, Exchange, exchange_of
 from gateway.worker.card import agent_card, with_own_address
 from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, Caller, Door, Refused, duplicate_member, head_of,
                                  is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
-from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.delivery.drivers import Served
+from gateway.worker.delivery.hub import Hub
 from gateway.worker.door.limits import ClientLimits
 from gateway.worker.opening import Openings
 from gateway.worker.delivery.sink import Sink
@@ -49,7 +50,7 @@ from gateway.worker.delivery.sink import Sink
 # A2A's push-notification config methods: this door declares pushNotifications false.
 PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
-SinkFactory = Callable[..., Sink]  # (send, receive) -> the connection's sink, from the server adapter
+SinkFactory = Callable[..., Sink]  # (scope, send, receive) -> the stream's sink, from the server adapter
 
 
 class RpcEndpoint:
@@ -152,11 +153,12 @@ class RpcEndpoint:
             del body
             scope["headers"] = []  # read for the last time when the stream opened
             scope.pop(HEAD_KEY, None)
-            sink = self.sink_for(server_send(send), receive)
+            sink = self.sink_for(scope, send, receive)
             self.access.stream_opened(exchange, served)
             # Its end is the hub's to report (`Hub.on_end`: `Admission.stream_over`), whether
-            # this returns at once (an adopted stream) or when the stream is over.
-            await self.hub.serve(served, sink)
+            # `carry` returns at once (the front's) or when the stream is over (the ASGI sink's).
+            self.hub.serve(served, sink)
+            await sink.carry()
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
                         exchange: Exchange) -> Served | None:

@@ -41,7 +41,8 @@ from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_OWN_TASKS,
 from gateway.protocol.errors import UNSUPPORTED_OPERATION, RpcError
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, head_of
-from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.delivery.drivers import Served
+from gateway.worker.delivery.hub import Hub
 from gateway.worker.door.limits import ClientLimits, Holding
 from gateway.worker.pace import OpeningPace
 from gateway.worker.delivery.stream import TaskView

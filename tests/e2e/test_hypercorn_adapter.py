@@ -14,9 +14,10 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 from gateway.worker.asgi_sink import AsgiSink
-from gateway.worker.http.cycle import Cycle
+from gateway.worker.http.cycle import scope_of
 from gateway.worker.http.front import Front
 from gateway.worker.hypercorn import patches, serving
 from helpers.gateway_harness import ROOT
@@ -73,16 +74,18 @@ def test_every_row_but_accepts_rests_on_a_guarantee():
 
 
 def test_a_stream_hypercorn_serves_gets_the_asgi_sink_and_the_fronts_is_the_front():
+    """The front hands itself over in the scope it makes (cycle.scope_of); hypercorn's scope
+    holds no sink, so its streams get the ASGI sink."""
     async def send(message):
         pass
 
     async def receive():
         return {"type": "http.disconnect"}
     served = Front.__new__(Front)
-    cycle = Cycle.__new__(Cycle)  # only its send, and its front, are asked for
-    cycle.front = served
-    assert serving.sink_for(cycle.send, receive) is served
-    assert type(serving.sink_for(send, receive)) is AsgiSink
+    request = SimpleNamespace(url=b"/", version=b"1.1", headers=[], method=b"POST")
+    transport = SimpleNamespace(get_extra_info=lambda name: None)
+    assert serving.sink_for(scope_of(request, transport, "http", False, served), send, receive) is served
+    assert type(serving.sink_for({"type": "http", "extensions": {}}, send, receive)) is AsgiSink
 
 
 def test_a_guarantee_whose_rows_moved_is_not_offered_and_the_rest_installs():

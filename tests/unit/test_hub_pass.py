@@ -1,7 +1,7 @@
 """gateway/worker/delivery/hub.py in-process over a real ring and fake sinks: the pass writes a parked
-stream through its sink with no coroutine switch, a blocked sink is drained by the stream's
-coroutine and not written meanwhile, the stream ends as its rules say, and every delivery
-metric is counted once per pass."""
+stream through its sink with no coroutine switch, a blocked sink is not written until it pokes
+its stream (drained), the stream ends as its rules say, and every delivery metric is counted
+once per pass."""
 
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
-from gateway.worker.delivery.hub import Hub, Served
+from gateway.worker.delivery.drivers import DRAIN, PARK, Served
+from gateway.worker.delivery.hub import Hub
 from gateway.worker.delivery.stream import Stream, TaskView
 from gateway.worker.delivery.window import PIECE_BYTES
+from helpers.loop_turns import until
 from shm import Ring
 
 pytestmark = pytest.mark.unit
@@ -36,18 +38,16 @@ _names = itertools.count()
 
 
 class FakeSink:
-    """A sink that keeps what it is given; `block` makes writes answer blocked until released."""
-
-    writes_at_once = False  # drained and ended by awaits: the hub drives it from a coroutine
+    """A sink that keeps what it is given; `block` makes writes answer blocked until `drained`
+    (a transport past its high-water mark); `always_blocks`, every write, drained on the loop's
+    next turn (the ASGI sink, whose send returns later)."""
 
     def __init__(self, always_blocks: bool = False):
         self.writes: list[bytes] = []
         self.always_blocks = always_blocks
         self.block = False
         self.pending = False
-        self.released_drain = asyncio.Event()
         self.ended = self.released = self.closed = self.aborted = False
-        self.drains = 0
         self._listener = None
 
     @property
@@ -58,20 +58,21 @@ class FakeSink:
         assert not self.pending, "written while blocked"
         self.writes.append(body)
         self.pending = self.always_blocks or self.block
+        if self.always_blocks:
+            asyncio.get_running_loop().call_soon(self.drained)
         return not self.pending and not self.closed
 
-    async def drain(self) -> None:
-        self.drains += 1
-        if not self.always_blocks:
-            await self.released_drain.wait()
+    def drained(self) -> None:
+        """Its bytes left: it pokes its stream, as a sink does."""
         self.pending = False
+        self._listener.poke()
 
-    async def end(self) -> None:
+    def end_now(self) -> None:
         self.ended = True
 
     def abort(self) -> None:
         self.aborted = self.closed = True
-        self.released_drain.set()
+        self._listener.poke()
 
     def on_disconnect(self, listener) -> None:
         self._listener = listener
@@ -146,7 +147,8 @@ class Bench:
         self.control = FakeControl(snapshot)
         self.hub = Hub(ring, worker_end, 0, interval, self.counters, self.control)
         self.reasons: dict[Served, str | None] = {}  # why each stream ended, as the hub tells the app
-        self.hub.on_end = self.reasons.__setitem__
+        self.ends: dict[Served, asyncio.Future] = {}  # each resolved when the hub tells the app
+        self.hub.on_end = self._ended
         self.socks = (self.sequencer_end, worker_end)
         self.next_id = 1
 
@@ -163,13 +165,17 @@ class Bench:
         self.write(TASK_KEY, records.status_meta(state),
                    events.status_update("tsk_h", "ctx_h", {"state": state, "timestamp": "t"}))
 
-    async def open(self, served: Served, sink: FakeSink) -> asyncio.Task:
-        task = asyncio.create_task(self.hub.serve(served, sink))
-        for _ in range(100):
-            await asyncio.sleep(0)
-            if served.waiter is not None:
-                return task
-        raise AssertionError("the stream never parked")
+    def _ended(self, served: Served, reason: str | None) -> None:
+        self.reasons[served] = reason
+        self.ends[served].set_result(None)
+
+    async def open(self, served: Served, sink: FakeSink) -> asyncio.Future:
+        """Serve the stream; the future its end resolves. The hub's serve returns once the
+        stream waits (parked, on its sink or on a lookup)."""
+        ended = self.ends[served] = asyncio.get_running_loop().create_future()
+        self.hub.serve(served, sink)
+        assert served.waiting is not None or ended.done()
+        return ended
 
     def close(self) -> None:
         self.hub.stop()
@@ -221,12 +227,11 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
         streams = [watcher() for _ in sinks]
         for stream, sink in zip(streams, sinks):
             await bench.open(stream, sink)
-        waiters = [stream.waiter for stream in streams]
         bench.frames(4)
         bench.hub.sync()
-        # written in the pass: no stream's coroutine was resumed for it
+        # written in the pass: no stream's driver was resumed for it
         assert all(sink.ids() == [1, 2, 3, 4] for sink in sinks)
-        assert all(stream.waiter is waiter and not waiter.done() for stream, waiter in zip(streams, waiters))
+        assert all(stream.waiting is PARK for stream in streams)
         await asyncio.sleep(0)  # the turn's sends are counted once it is over, one add for them all
         assert bench.counters.adds("sends") == [(3, WATCH_SESSION)]
         assert bench.counters.adds("events_delivered") == [(12, WATCH_SESSION)]
@@ -289,7 +294,7 @@ def test_the_coalescing_is_told_every_slice_of_a_pass_not_the_first_alone(ring, 
 
 def test_a_revoked_stream_whose_reader_stopped_is_cut_off_a_heartbeat_later(ring):
     """A reload ends a revoked stream after its whole events; one whose reader stopped reading
-    waits in its drain, so a heartbeat interval later its connection is cut, not left to hold
+    waits for its sink to drain, so a heartbeat interval later its connection is cut, not left to hold
     its place for as long as the reader sleeps. One that can still write ends at once."""
     async def scenario(bench: Bench):
         blocked_sink, blocked = FakeSink(), watcher()
@@ -299,37 +304,37 @@ def test_a_revoked_stream_whose_reader_stopped_is_cut_off_a_heartbeat_later(ring
         bench.frames(2)
         bench.hub.sync()
         await asyncio.sleep(0)
-        assert blocked_sink.drains == 1 and free_sink.ids() == [1, 2]
+        assert blocked.waiting is DRAIN and free_sink.ids() == [1, 2]
         bench.hub.end_stream(blocked)
         bench.hub.end_stream(free)
         await free_task
         assert bench.reasons[free] == "revoked" and free_sink.ended and not free_sink.aborted
-        assert not blocked_task.done()  # still in its drain: the interval has not passed
+        assert not blocked_task.done()  # still waiting on its sink: the interval has not passed
         await asyncio.wait_for(blocked_task, 5)
         assert bench.reasons[blocked] == "revoked"
         assert blocked_sink.aborted and blocked_sink.ids() == [1, 2] and not blocked_sink.ended
     run(ring, scenario, interval=0.2)
 
 
-def test_a_blocked_sink_is_drained_by_the_stream_and_not_written_meanwhile(ring):
+def test_a_blocked_sink_is_not_written_until_it_pokes_its_stream(ring):
     async def scenario(bench: Bench):
         sink, stream = FakeSink(), watcher()
         task = await bench.open(stream, sink)
         sink.block = True
         bench.frames(2)
         bench.hub.sync()
-        assert sink.ids() == [1, 2] and (stream.waiter is None or stream.waiter.done())
+        assert sink.ids() == [1, 2] and stream.waiting is None  # its driver resumed, on the next turn
         await asyncio.sleep(0)
-        assert sink.drains == 1
+        assert stream.waiting is DRAIN
         sink.block = False
         bench.frames(3)
-        bench.hub.sync()  # the stream is draining: the pass leaves it alone
+        bench.hub.sync()  # the stream waits on its sink: the pass leaves it alone
         assert sink.ids() == [1, 2]
-        sink.released_drain.set()
+        sink.drained()
         for _ in range(10):
             await asyncio.sleep(0)
-        assert sink.ids() == [1, 2, 3, 4, 5]  # its coroutine wrote what came meanwhile
-        assert stream.waiter is not None and not stream.waiter.done()  # parked again
+        assert sink.ids() == [1, 2, 3, 4, 5]  # its driver wrote what came meanwhile
+        assert stream.waiting is PARK  # parked again
         bench.hub.close_all()
         await task
         assert sink.ended and sink.released
@@ -469,12 +474,12 @@ async def open_replaying(bench: Bench, sink: FakeSink, after: int = 0) -> Served
 
 
 async def blocked_mid_replay(bench: Bench) -> tuple[Served, FakeSink]:
-    """A full ring's replay whose first piece filled the transport: its coroutine drains."""
+    """A full ring's replay whose first piece filled the transport: it waits for the drain."""
     bench.frames(512, text=PAD)
     sink = FakeSink()
     sink.block = True
     stream = await open_replaying(bench, sink)
-    await until(lambda: sink.drains == 1)
+    await until(lambda: stream.waiting is DRAIN)
     return stream, sink
 
 
@@ -485,14 +490,6 @@ async def queued_full_replay(bench: Bench) -> tuple[Served, FakeSink]:
     stream = await open_replaying(bench, sink)
     assert stream.queued and sink.writes == []
     return stream, sink
-
-
-async def until(predicate, turns: int = 10_000) -> None:
-    for _ in range(turns):  # bounded: loop turns, not seconds
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("never happened")
 
 
 def test_a_storm_of_replays_is_written_a_bounded_piece_per_stream_per_turn(ring):
@@ -521,7 +518,7 @@ def test_a_replay_writes_its_next_piece_only_once_its_sink_drained(ring):
             await asyncio.sleep(0)  # FakeSink fails any write while blocked
         assert len(sink.writes) == 1 and stream.stream.replaying
         sink.block = False
-        sink.released_drain.set()
+        sink.drained()
         await until(lambda: len(sink.ids()) == 512)
         assert sink.ids() == list(range(1, 513))
         bench.hub.close_all()
@@ -534,7 +531,7 @@ def test_a_replay_the_ring_overwrote_while_its_reader_was_blocked_is_written_who
         bench.frames(300, text=PAD)  # ids 513..812 overwrite 1..300 in the ring and the window
         bench.hub.sync()
         sink.block = False
-        sink.released_drain.set()
+        sink.drained()
         await until(lambda: sink.ids() and sink.ids()[-1] == 812)
         lagged = [item.frame["missed"] for event_id, item in sink.items() if event_id is None]
         # the replay whole, then the live events past the queue of 128 named, then the newest 128

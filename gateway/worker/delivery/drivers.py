@@ -1,15 +1,18 @@
-"""The two drivers of a stream the hub serves, and the hub's record of it (`Served`).
+"""The one driver of every stream the hub serves (`Drivers`), and the hub's record of it (`Served`).
 
 What a stream does between two waits is one function, `_step`: it does what the stream's
-state asks (stream.py's table) until the stream must wait, and says for what (`Wait`). Two
-drivers run it. A sink that writes, drains and ends at once (`writes_at_once`: the front of
-HTTP/1.1 connections) is driven by callbacks (`adopt`): the pass, a heartbeat or its sink's
-poke runs `_advance` on the loop's next turn, a task lookup is a short task, so an open stream
-holds no coroutine, task or frame. An ASGI sink, whose sends are awaited, is driven by the
-stream's coroutine (`serve`). Either way the end is reported once, to the app (`on_end`).
+state asks (stream.py's table) until the stream must wait, and says for what (`Wait`). It is
+run by callbacks alone (`serve`): the pass, a heartbeat or its sink's poke (drained, client
+gone) runs `advance` on the loop's next turn, a task lookup is a short task, and the end is
+handed to the sink at once (`Sink.end_now`). So an open stream holds no coroutine, task or
+frame of the hub's. Every sink writes without waiting and pokes its stream when it drained:
+the front of HTTP/1.1 connections as its transport drains, the ASGI sink of HTTP/2 as its
+send returns (its sends run in the request's coroutine, which an ASGI response keeps:
+asgi_sink.py). The end is reported once, to the hub (`ended`), which tells the app.
 
-`Drivers` is the hub's part that runs them (mixed into `hub.Hub`, which holds the window,
-the pass and the catch-up queue they use).
+The hub holds one `Drivers` and gives it what it runs with: the window, the catch-up queue,
+the control client (lookups), the heartbeat interval (`end_stream`'s cut), and its own steps
+(`deliver`, `opened`, `ended`, `progress`).
 """
 
 from __future__ import annotations
@@ -17,37 +20,55 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable
 
 from gateway import logs
 from gateway.common.control import EVERY_TASK, ControlClient, Op
-from gateway.worker.delivery.sink import AtOnceSink, Sink
+from gateway.worker.delivery.sink import Sink
 from gateway.worker.delivery.stream import (BLOCKED, CHECKING, DRAINED, END, ENDING, GOES_ON, OPENED, OPENING,
                                             PARKED, Delivery, Stream)
 
 if TYPE_CHECKING:
-    from gateway.worker.access_log import Exchange
     from gateway.worker.delivery.catchup import CatchUp
-    from gateway.worker.delivery.heartbeats import Heartbeats
     from gateway.worker.delivery.window import Window
 
 log = logs.get("worker")
 
 
 class Drivers:
-    """The stream drivers of a hub (see the module's docstring)."""
+    """Runs the streams of one hub (see the module's docstring)."""
 
-    window: Window
-    catch_up: CatchUp[Served]
-    control: ControlClient
-    _loop: asyncio.AbstractEventLoop | None
-    _lookups: set[asyncio.Task]
-    on_end: Callable[[Served, str | None], None]
-    _deliver: Callable[[Served, Delivery], int]
-    _add: Callable[[Served], None]
-    _remove: Callable[[Served], None]
-    _progress: Callable[[], None]
-    heartbeats: Heartbeats
+    def __init__(self, window: Window, catch_up: CatchUp[Served], control: ControlClient, interval: float, *,
+                 deliver: Callable[[Served, Delivery], int], opened: Callable[[Served], None],
+                 ended: Callable[[Served, str | None], None], progress: Callable[[], None]):
+        self.window = window
+        self.catch_up = catch_up
+        self.control = control
+        self.interval = interval  # the heartbeat interval: a blocked stream ended is cut this much later
+        self._deliver = deliver  # the hub's one delivery step (`Hub._deliver`)
+        self._opened = opened  # the stream joins the hub's sets, heap and gauges
+        self._ended = ended  # it leaves them, and the app is told: (served, reason), None when it failed
+        self._progress = progress  # the worker's beat word moves
+        self.loop: asyncio.AbstractEventLoop | None = None  # the hub's, once it started
+        self._lookups: set[asyncio.Task] = set()  # task lookups in flight (`advance`)
+
+    def serve(self, served: Served, sink: Sink) -> None:
+        """The stream joins the hub through `sink`, and is driven from here by callbacks: its
+        opening written, its replay queued. Returns at once."""
+        served.sink, served.driver = sink, self
+        sink.on_disconnect(served)
+        self._opened(served)
+        stream = served.stream
+        try:
+            self._deliver(served, (stream.take_opening(), None, None))
+            if stream.state is OPENING:  # the sink took it and takes more (else FULL moved it)
+                stream.move(OPENED)
+            self._progress()
+            if stream.state is PARKED and stream.behind(self.window):
+                self.catch_up.add(served)  # its replay: piece by piece, at the loop's pace
+        except Exception as error:
+            return self._failed(served, error)
+        self.advance(served)
 
     def end_stream(self, served: Served, reason: str = "revoked", cut_in: float | None = None) -> None:
         """End the stream where it stands, `reason` its access line's: "revoked" (a reload
@@ -64,8 +85,8 @@ class Drivers:
         served.ended_by = reason
         served.poke()
         if served.sink is not None and served.sink.blocked:
-            delay = self.heartbeats.interval if cut_in is None else cut_in
-            self._loop.call_later(delay, self._cut_off, served)
+            delay = self.interval if cut_in is None else cut_in
+            self.loop.call_later(delay, self._cut_off, served)
 
     @staticmethod
     def _cut_off(served: Served) -> None:
@@ -103,8 +124,7 @@ class Drivers:
 
     def _step(self, served: Served) -> Wait:
         """Run the stream as far as it goes without waiting (stream.py's table); what it waits
-        for now. A driver runs it again when that came: `serve` for a sink whose writes need
-        an await, `adopt` for one that writes at once."""
+        for now. `advance` runs it again when that came."""
         window, stream, sink = self.window, served.stream, served.sink
         while True:
             if sink.closed or window.closing:
@@ -128,70 +148,22 @@ class Drivers:
             else:
                 return PARK
 
-    def _open(self, served: Served, sink: Sink) -> None:
-        """The stream joins the hub: its opening written, its replay queued."""
-        served.sink, served.hub = sink, self
-        sink.on_disconnect(served)
-        self._add(served)
-        stream = served.stream
-        self._deliver(served, (stream.take_opening(), None, None))
-        if stream.state is OPENING:  # the sink took it and takes more (else FULL moved it)
-            stream.move(OPENED)
-        self._progress()
-        if stream.state is PARKED and stream.behind(self.window):
-            self.catch_up.add(served)  # its replay: piece by piece, at the loop's pace
-
     def _finish(self, served: Served, reason: str | None) -> None:
-        """The stream is over (`reason` None: it failed under it): it leaves the hub, its
-        connection is let go, and the app is told (`on_end`)."""
+        """The stream is over (`reason` None: it failed under it): its connection is let go,
+        and it leaves the hub, which tells the app (`ended`)."""
         sink = served.sink
         served.waiting = None
-        self._remove(served)
         served.stream.replay = None  # its view let go now, not when the heap drops the record
         sink.release()
         # The heartbeat heap holds a closed stream until its next due time: let it hold
         # the record alone, not the connection behind it.
         served.sink = None
-        self.on_end(served, reason)
+        self._ended(served, reason)
 
-    async def serve(self, served: Served, sink: Sink) -> None:
-        """Drive the stream from its coroutine, until it ends (at once when it is already
-        ENDING), the client leaves or the worker drains: for a sink whose writes are ASGI sends
-        (a stream hypercorn serves), which need an await. While PARKED with nothing to write,
-        the coroutine waits and the pass writes for it (`_write`)."""
-        if sink.writes_at_once:
-            self.adopt(served, sink)
-            return
-        reason = None
-        try:
-            self._open(served, sink)
-            while (wait := self._step(served)) is not DONE:
-                if wait is DRAIN:
-                    await sink.drain()
-                elif wait is CHECK:
-                    await self._check(served)
-                else:
-                    served.waiter = self._loop.create_future()
-                    served.waiting = PARK
-                    try:
-                        await served.waiter
-                    finally:
-                        served.waiter = served.waiting = None
-            reason = self._why_ended(served)
-            if not sink.closed:
-                await sink.end()
-        finally:
-            self._finish(served, reason)
-
-    def adopt(self, served: Served, sink: Sink) -> None:
-        """Drive the stream with no coroutine of its own, for a sink that writes, drains and
-        ends at once (the front of HTTP/1.1 connections, gateway/worker/http/): the pass, its
-        heartbeats and its sink's pokes (drained, client gone) run `_advance` when it has
-        something to do, and a lookup is a short task. An open stream then holds no frame."""
-        self._open(served, sink)
-        self._advance(served)
-
-    def _advance(self, served: Served) -> None:
+    def advance(self, served: Served) -> None:
+        """Run the stream until it waits (`_step`), and leave it waiting for that: the pass, a
+        heartbeat or its sink's poke runs this again; a lookup is a short task; the end is
+        handed to its sink and the stream finished, there and then."""
         if served.sink is None:
             return  # over already
         served.waiting = None
@@ -199,21 +171,25 @@ class Drivers:
             wait = self._step(served)
             if wait is CHECK:
                 served.waiting = CHECK
-                task = self._loop.create_task(self._check(served))
+                task = self.loop.create_task(self._check(served))
                 self._lookups.add(task)
                 task.add_done_callback(functools.partial(self._looked_up, served))
             elif wait is DONE:
                 reason = self._why_ended(served)
                 if not served.sink.closed:
-                    cast(AtOnceSink, served.sink).end_now()  # adopted: it writes at once
+                    served.sink.end_now()
                 self._finish(served, reason)
             else:
                 served.waiting = wait
-        except Exception as error:  # a bug: the stream is given up, never left half-served
-            log.error("a stream failed", error=repr(error), endpoint=served.stream.endpoint)
-            if served.sink is not None:
-                served.sink.abort()
-                self._finish(served, None)
+        except Exception as error:
+            self._failed(served, error)
+
+    def _failed(self, served: Served, error: Exception) -> None:
+        """A bug: the stream is given up, never left half-served."""
+        log.error("a stream failed", error=repr(error), endpoint=served.stream.endpoint)
+        if served.sink is not None:
+            served.sink.abort()
+            self._finish(served, None)
 
     def _looked_up(self, served: Served, task: asyncio.Task) -> None:
         self._lookups.discard(task)
@@ -221,11 +197,11 @@ class Drivers:
             return  # the worker is stopping
         if task.exception() is not None:
             log.error("a stream's task lookup failed", error=repr(task.exception()))
-        self._advance(served)
+        self.advance(served)
 
 
 class Wait(enum.Enum):
-    """What a stream's driver waits for (`Hub._step`)."""
+    """What a stream's driver waits for (`Drivers._step`)."""
 
     PARK = "park"  # something to write: the pass, a heartbeat, the catch-up queue or a poke
     DRAIN = "drain"  # its sink's bytes to leave (or its client to go)
@@ -238,37 +214,34 @@ PARK, DRAIN, CHECK, DONE = Wait
 
 class Served:
     """The hub's record of a stream it serves: everything of it that is I/O. Its sink, what
-    its driver waits for (`waiting`; None while it runs), the future its coroutine waits on
-    (a stream `serve`d, not `adopt`ed), its place in the catch-up queue, the heartbeat due
-    since the heap fired, and what its access-log line reports that the stream cannot know
-    (the bytes handed to its sink, why the hub ended it: a reload revoked it, its token expired,
-    its replay was lapped past the worker's budget). It is the sink's listener: a client that leaves, or a sink that
-    drained, pokes it."""
+    its driver waits for (`waiting`; None while it runs), its place in the catch-up queue,
+    the heartbeat due since the heap fired, and what its access-log line reports that the
+    stream cannot know (the bytes handed to its sink, why the hub ended it: a reload revoked
+    it, its token expired, its replay was lapped past the worker's budget). It is the sink's
+    listener: a client that leaves, or a sink that drained, pokes it."""
 
-    __slots__ = ("stream", "hub", "sink", "waiting", "waiter", "queued", "passing", "beat_due", "bytes_sent",
+    __slots__ = ("stream", "driver", "sink", "waiting", "queued", "passing", "beat_due", "bytes_sent",
                  "ended_by", "exchange")
 
     def __init__(self, stream: Stream):
         self.stream = stream
-        self.hub: Drivers | None = None  # the hub that serves it, once it does (`Hub._open`)
+        self.driver: Drivers | None = None  # the driver that runs it, once served (`Drivers.serve`)
         self.sink: Sink | None = None
         self.waiting: Wait | None = None
-        self.waiter: asyncio.Future | None = None
         self.queued = False  # waiting in the catch-up queue for its next piece (catchup.py)
         self.passing = False  # waiting for its turn in a pass longer than one turn (`Hub._pass`)
         self.beat_due: float | None = None  # a heartbeat due since then, not yet written
         self.bytes_sent = 0
         self.ended_by: str | None = None  # "revoked", "expired" or "lapped" (`end_stream`)
-        self.exchange: Exchange | None = None  # the access log's record of its request (access_log.py)
+        # The app's record of its request (the access log's `Exchange`), kept for it until
+        # the stream is over: the hub never reads it.
+        self.exchange: object | None = None
 
     def resume(self) -> None:
-        """Its driver runs again, on the loop's next turn: its coroutine, or `Hub._advance`."""
+        """Its driver runs again, on the loop's next turn (`Drivers.advance`)."""
         self.waiting = None
-        waiter = self.waiter
-        if waiter is None:
-            self.hub._loop.call_soon(self.hub._advance, self)
-        elif not waiter.done():
-            waiter.set_result(None)
+        driver = self.driver
+        driver.loop.call_soon(driver.advance, self)
 
     def poke(self) -> None:
         """Something changed for it (the hub's pass or drain, its client left, its sink

@@ -7,7 +7,8 @@ the stream's sink (sink.py), in the pass itself, with no coroutine switch. The s
 no I/O: the hub keeps each one's sink, what it waits for, place in the catch-up queue and due
 heartbeat in a record of its own (`drivers.Served`), and moves the stream through its states
 (stream.py's table) as its deliveries and its sink say. Every write of a stream is one step
-(`_deliver`); what the stream does between waits is run by its driver (drivers.py).
+(`_deliver`); what the stream does between waits is run by the hub's driver (`drivers.Drivers`,
+which the hub holds and gives its steps).
 
 An opening costs its own stream: `reading_point` copies what the window lacks and runs no
 pass; the other streams get those events in the pass the copy scheduled, once a turn. A
@@ -43,16 +44,15 @@ from gateway.worker.delivery.drivers import PARK, Drivers, Served
 from gateway.worker.delivery.heartbeats import Heartbeats
 from gateway.worker.delivery.lapped import over_budget
 from gateway.worker.delivery.pump import Pump
+from gateway.worker.delivery.sink import Sink
 from gateway.worker.delivery.stream import FULL, PARKED, Delivery, Noted, Stream
 from gateway.worker.delivery.window import Window
 from shm import Ring
 
 log = logs.get("worker")
 
-__all__ = ["Hub", "Served"]
 
-
-class Hub(Drivers):
+class Hub:
     def __init__(self, ring: Ring, wake_sock: socket.socket, index: int, interval: float,
                  counters: Counters, control: ControlClient, lapped_budget: int = tuning.LAPPED_REPLAY_BYTES):
         self.ring = ring
@@ -73,7 +73,6 @@ class Hub(Drivers):
         self._pass_seconds = 0.0  # the pass's slices' time since the pump last asked (its coalescing)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sends: dict[str, int] = {}  # writes this turn by endpoint, not yet counted
-        self._lookups: set[asyncio.Task] = set()  # adopted streams' task lookups (`_advance`)
         # Streams opened with a replay, until it is written or they end (`_bound_lapped`)
         self.replaying: set[Served] = set()
         self.lapped_budget = lapped_budget
@@ -82,6 +81,8 @@ class Hub(Drivers):
         # The app's bookkeeping when a stream is over (app.py): (served, reason), reason None
         # when it failed under it.
         self.on_end: Callable[[Served, str | None], None] = lambda served, reason: None
+        self.drivers = Drivers(self.window, self.catch_up, control, interval, deliver=self._deliver,
+                               opened=self._add, ended=self._ended, progress=self._progress)
 
     @property
     def head(self) -> int:
@@ -100,7 +101,7 @@ class Hub(Drivers):
         return self.window.closing
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self.drivers.loop = asyncio.get_running_loop()
         self.pump.start()
 
     def stop(self) -> None:
@@ -181,7 +182,7 @@ class Hub(Drivers):
         wrote. A queued replay waits for its turn there (so a pass never writes a storm's
         replays at once); its heartbeat does not, and live events do not. Still parked and
         behind after the write: it queues for its next piece. Whatever needs more (a full
-        sink, a task lookup, the end) resumes its driver instead (`_step`)."""
+        sink, a task lookup, the end) resumes its driver instead (`Drivers._step`)."""
         if served.waiting is not PARK:
             return 0  # running, or waiting on its sink or a lookup: it looks for work before it parks
         if self.window.closing or served.sink.closed:
@@ -278,7 +279,7 @@ class Hub(Drivers):
         if self.window.head != self._lapped_head:
             self._lapped_head = self.window.head
             for served in over_budget(replaying, self.window, self.lapped_budget):
-                self.end_stream(served, "lapped", cut_in=0)
+                self.drivers.end_stream(served, "lapped", cut_in=0)
         self._lapped_check = (self._loop.call_later(tuning.LAPPED_CHECK_SECONDS, self._bound_lapped)
                               if replaying else None)
 
@@ -306,6 +307,15 @@ class Hub(Drivers):
             opened.start_replay(self.window, replay_after)
         return Served(opened)
 
+    def serve(self, served: Served, sink: Sink) -> None:
+        """Serve the stream through `sink` from now until it ends (drivers.py): returns at once,
+        and its end is reported to the app (`on_end`)."""
+        self.drivers.serve(served, sink)
+
+    def end_stream(self, served: Served, reason: str = "revoked", cut_in: float | None = None) -> None:
+        """End the stream where it stands, `reason` its access line's (`Drivers.end_stream`)."""
+        self.drivers.end_stream(served, reason, cut_in)
+
     def all_streams(self) -> list[Served]:
         return [*self.watchers, *self.task_streams]
 
@@ -326,10 +336,12 @@ class Hub(Drivers):
         self.counters.add("connections_open", label=endpoint)
         self.counters.add("connections", label=endpoint)
 
-    def _remove(self, served: Served) -> None:
+    def _ended(self, served: Served, reason: str | None) -> None:
+        """The stream is over (its driver let its connection go): it leaves, and the app is told."""
         self._set_of(served).discard(served)
         self.replaying.discard(served)
         self.counters.sub("connections_open", label=served.stream.endpoint)
+        self.on_end(served, reason)
 
     def close_all(self) -> None:
         self.window.closing = True

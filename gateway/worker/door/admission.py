@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gateway.config.options import Config
 from gateway.common.metrics import Counters
 from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
-from gateway.worker.access_log import AccessLog, NotingSend
+from gateway.worker.access_log import AccessLog, Exchange, NotingSend
 from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
 from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.cors import CorsSend, Origins, answer_preflight, is_preflight
@@ -27,7 +27,7 @@ from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
 from gateway.worker.door.request_head import head_of
 
 if TYPE_CHECKING:
-    from gateway.worker.delivery.hub import Served
+    from gateway.worker.delivery.drivers import Served
 
 # Liveness and readiness: never refused for load, so they hold none of --max-connections'
 # places. Each is computed at once, so more than a few in flight on one worker is a flood,
@@ -132,9 +132,9 @@ class Admission:
     def stream_over(self, served: Served, reason: str | None) -> None:
         """A stream's request is over (the hub's `on_end`; `reason` None: it failed under it):
         its places are given back and its line written. Its request's frames may have
-        returned long before (an adopted stream has none: drivers.py)."""
+        returned long before (the front's stream has none: drivers.py)."""
         exchange, served.exchange = served.exchange, None
-        assert exchange is not None  # set when the stream opened (access_log.stream_opened)
+        assert isinstance(exchange, Exchange)  # set when the stream opened (access_log.stream_opened)
         self.rpc.openings.close(served)
         self.open -= 1
         self.counters.sub("worker_requests_open")

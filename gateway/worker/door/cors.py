@@ -100,8 +100,8 @@ def _same_origin(origin: bytes, scope: dict) -> bool:
 
 
 class CorsSend(NotingSend):
-    """The server's send (behind `NotingSend`, so a stream still finds its sink:
-    access_log.server_send) with an allowed origin's headers added to the response head."""
+    """The server's send, its status noted (`NotingSend`), with an allowed origin's headers
+    added to the response head."""
 
     __slots__ = ("cors",)
 

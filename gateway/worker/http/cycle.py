@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import unquote
 
+from gateway.worker.delivery.sink import SCOPE_EXTENSION
 from gateway.worker.http import framing
 from gateway.worker.http.head_checks import Parsed
 
@@ -21,8 +22,9 @@ DISCONNECT = {"type": "http.disconnect"}
 ASGI = {"spec_version": "2.1", "version": "3.0"}
 
 
-def scope_of(request: Parsed, transport, scheme: str, websocket: bool) -> dict:
-    """The ASGI scope hypercorn made of the same request."""
+def scope_of(request: Parsed, transport, scheme: str, websocket: bool, sink) -> dict:
+    """The ASGI scope hypercorn made of the same request, with the front handed over as its
+    stream's sink (delivery/sink.py's `SCOPE_EXTENSION`)."""
     raw_path, _, query = request.url.partition(b"?")
     peer, own = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
     scope: dict = {"type": "websocket" if websocket else "http", "http_version": request.version.decode(),
@@ -30,7 +32,7 @@ def scope_of(request: Parsed, transport, scheme: str, websocket: bool) -> dict:
              "path": unquote(raw_path.decode("latin-1")), "raw_path": raw_path, "query_string": query,
              "root_path": "", "headers": request.headers,
              "client": None if not peer else (peer[0], peer[1]),
-             "server": None if not own else (own[0], own[1]), "state": {}, "extensions": {}}
+             "server": None if not own else (own[0], own[1]), "state": {}, "extensions": {SCOPE_EXTENSION: sink}}
     if websocket:
         scope["subprotocols"] = []
         scope["extensions"] = {"websocket.http.response": {}}

@@ -234,7 +234,7 @@ class Front(TransportSink):
             self._leave()  # its client shut its side before the body was whole: the app is told at once
         if len(buffer) <= self.settings.incomplete_cap:  # measured once its body's bytes are taken
             self._resume(PIPELINED)
-        scope = scope_of(request, self.transport, self.scheme, websocket)
+        scope = scope_of(request, self.transport, self.scheme, websocket, self)
         whole = cycle.body_done and request.method == b"POST" and request.url == b"/"
         if whole:  # the app takes it from the scope, with no receive and no body timer
             body = b"".join(cycle.parts)

@@ -5,9 +5,9 @@ It reads nothing but the client's leaving (a FIN or a reset ends the stream at o
 each body as one chunk in one `transport.write` (the first with the response head before it:
 one segment, one system call), and is blocked past the transport's high-water mark, so a
 reader that stops reading falls behind and lags instead of being buffered without bound. It
-writes, drains and ends at once (`writes_at_once`): the hub drives its stream with no
-coroutine (drivers.py, `adopt`), and it pokes the stream's record when it drained or its client
-left.
+writes, drains and ends at once, and pokes the stream's record when it drained or its client
+left: the hub drives its stream by callbacks (drivers.py), and the request's coroutine has
+nothing left to do for it (`carry`), so an open stream holds no coroutine.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from gateway.worker.http.framing import LAST_CHUNK, chunk, cork_until_fin
 
 class TransportSink(asyncio.Protocol):
     __slots__ = ("transport", "high_water", "left", "unsent", "framed", "_listener")
-
-    writes_at_once = True
 
     def __init__(self, transport: asyncio.Transport | None):
         self.transport = transport
@@ -86,6 +84,9 @@ class TransportSink(asyncio.Protocol):
         self._listener = listener
         if self.left:
             listener.poke()
+
+    async def carry(self) -> None:
+        """Nothing: every write, drain and end is done at once (the request's run may end now)."""
 
     def release(self) -> None:
         transport, self.transport, self._listener = self.transport, None, None

@@ -45,7 +45,7 @@ WITHOUT = {patches.H2: "h2 not offered: a stalled HTTP/2 stream's memory cannot 
 
 
 def prepare() -> Callable:
-    """Install what the internals allow; the sink factory `(send, receive) -> Sink`
+    """Install what the internals allow; the sink factory `(scope, send, receive) -> Sink`
     (gateway/worker/asgi_sink.py's `sink_for`)."""
     # every group checked before any is installed: no check reads code a replacement put there
     problems = {kind: patches.problem(rows) for kind, rows in patches.GUARANTEES.items()}
