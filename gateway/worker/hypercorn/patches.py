@@ -101,7 +101,8 @@ TABLE = (
     Row(HC + "asyncio.worker_context:WorkerContext", "terminated", None, "hypercorn", "__init__", guarantee=H2),
     Row(HC + "utils", "wrap_app", None, "hypercorn", guarantee=H2),
     # http/accept.py accepts with the call beneath socket.accept (no IntEnum reads a connection)
-    # and hands each accepted socket to uvloop's own transport
+    # and hands each accepted connection to uvloop's own transport: a plain one as its descriptor
+    # (`Accepted`: uvloop reads its family, type and fileno, and calls its close with the transport's)
     Row("socket:socket", "_accept", None, "python"),
     Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
 )
