@@ -76,9 +76,9 @@ HEARTBEAT_TICK_SECONDS = 0.01
 LAPPED_REPLAY_BYTES = 64 << 20
 LAPPED_CHECK_SECONDS = 0.25
 
-# Accepting (gateway/worker/http/accept.py, the balance policy in worker/process.py).
+# Accepting (gateway/worker/http/accept.py, the balance policy in worker/balance.py).
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
-DEFER_SECONDS = 0.005  # a busier worker steps back from one readable event for this long
+DEFER_SECONDS = 0.005  # a busier (or full) worker steps back from a readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
 # Out of file descriptors (or memory), accepting pauses this long, the kernel queueing meanwhile:
 # the listener is level-triggered, so without a pause the loop would spin. A bound chosen, not measured.
@@ -144,7 +144,7 @@ BODY_BUFFERED = 64 * 1024
 MAX_CACHED_HEADS = 64
 
 # Stopping. A worker's requests get GRACE_SECONDS to finish once it is told to stop
-# (hypercorn's graceful_timeout, and the front's app runs: gateway/worker/hypercorn/serving.py);
+# (hypercorn's HTTP/2 connections, and the front's app runs: gateway/worker/server.py);
 # the supervisor waits DRAIN_SECONDS for its workers before it stops the sequencer and exporter
 # (gateway/supervisor/process.py), so a worker's grace ends within the drain (checked below).
 # Both well inside systemd's TimeoutStopSec and Kubernetes' grace period (deploy/). Bounds

@@ -163,12 +163,19 @@ class Counters:
         self.words[base + bisect_left(buckets, value)] += times
         self.words[base + len(buckets) + 1] += max(0, int(value * scale)) * times
 
-    def open_streams_by_worker(self) -> list[int]:
-        """Every worker's open streams, read from the shared blocks (a worker accepting new
-        connections compares its load with its siblings', process.py)."""
-        offsets = [OFFSETS[("connections_open", endpoint)] for endpoint in ENDPOINTS]
-        return [sum(self._blocks.block(b)[o] for o in offsets)
-                for b in board.worker_blocks(self._blocks.blocks)]
+    def places_by_worker(self) -> list[tuple[int, int, int]]:
+        """Every worker's (open streams, places taken, --max-connections), read from the shared
+        blocks: a place is taken by a request in progress (open streams included) or a
+        connection waiting for its head (the accept balance, gateway/worker/balance.py). A worker
+        not serving (not yet started, or retired: its block cleared) has no places."""
+        streams = [OFFSETS[("connections_open", endpoint)] for endpoint in ENDPOINTS]
+        requests, idle = OFFSETS[("worker_requests_open", "")], OFFSETS[(IDLE_GAUGE, "")]
+        limit = OFFSETS[("worker_max_connections", "")]
+        places = []
+        for b in board.worker_blocks(self._blocks.blocks):
+            words = self._blocks.block(b)
+            places.append((sum(words[o] for o in streams), words[requests] + words[idle], words[limit]))
+        return places
 
     def close(self) -> None:
         self._blocks.close()  # releases every view of the block, ours included

@@ -64,7 +64,7 @@ def start_pulse(board: Board, index: int, late: Callable[[float], None] = lambda
     is told, at each beat, how many seconds past its due time it ran (the loop's stall)."""
     pulse = Pulse(board, index, late)
     pulse.beat()
-    _install_test_hang(asyncio.get_running_loop())
+    _install_test_hang(pulse.loop)
     return pulse
 
 
@@ -74,10 +74,11 @@ class Pulse:
     def __init__(self, board: Board, index: int, late: Callable[[float], None]):
         self.board, self.index, self.late = board, index, late
         self.timer: asyncio.TimerHandle | None = None
+        self.loop = asyncio.get_running_loop()  # once: on Python 3.11 each call is a getpid system call
 
     def beat(self) -> None:
         self.board.beat(self.index)
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if self.timer is not None:
             self.late(max(0.0, loop.time() - self.timer.when()))
         self.timer = loop.call_later(PULSE_SECONDS, self.beat)

@@ -31,10 +31,12 @@ class Trimmer:
         self.interval = interval
         self.trim = _malloc_trim()
         self.timer: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # read once (on Python 3.11 a getpid each time)
 
     def start(self) -> None:
         if self.trim is not None:
-            self.timer = asyncio.get_running_loop().call_later(self.interval, self._tick)
+            self.loop = self.loop or asyncio.get_running_loop()
+            self.timer = self.loop.call_later(self.interval, self._tick)
 
     def _tick(self) -> None:
         if self.trim is not None:  # start() runs the timer only then

@@ -1,4 +1,4 @@
-"""A worker process: the hub and the app, served by the hypercorn adapter on the inherited socket.
+"""A worker process: the hub and the app, served by the worker's server on the inherited socket (server.py).
 
 Shutdown: the supervisor sets the ring's CLOSING word and sends SIGTERM. The server never
 tells a streaming response it is shutting down, so the worker first ends every stream
@@ -13,15 +13,17 @@ import signal
 import socket
 import sys
 
+import uvloop
+
 from gateway import logs
 from gateway.common import stall
 from gateway.common.board import Role
 from gateway.config.options import Config
-from gateway.tuning import BALANCE_SLACK
 from gateway.common.control import ControlClient
 from gateway.common.metrics import Counters
-from gateway.worker import collector, hypercorn, reload
+from gateway.worker import collector, hypercorn, reload, server
 from gateway.worker.app import create_app
+from gateway.worker.balance import Balance
 from gateway.worker.malloc_trim import Trimmer
 from gateway.worker.delivery.hub import Hub
 from shm import Ring
@@ -43,13 +45,6 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     hub = Hub(ring, wake_sock, index, config.heartbeat_interval, counters, control,
               lapped_budget=config.max_lapped_replay_bytes)
 
-    def busier() -> bool:
-        """Whether this worker holds more than its share of streams: it then lets a sibling
-        take a new connection first."""
-        load = counters.open_streams_by_worker()
-        others = load[:index] + load[index + 1:]
-        return bool(others) and load[index] > min(others) + BALANCE_SLACK
-
     app = create_app(config, hub, control, counters, sink_for)
     stop = asyncio.Event()
 
@@ -67,7 +62,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     collector.tune()  # no full collection over tens of thousands of streams mid-storm
     logs.get("worker").info("worker serving", worker=index)
     try:
-        await hypercorn.serve(app, config, listener, stop.wait, busier)
+        await server.serve(app, config, listener, stop.wait, Balance(counters, index).burst)
     finally:
         pulse.cancel()
         trimmer.cancel()
@@ -86,6 +81,6 @@ def main(config_dict: dict, index: int, listener: socket.socket, ring_segment: H
         logs.get("worker").error("exiting at start", worker=index, hook=TEST_EXIT_ENV)
         sys.exit(3)
     try:
-        hypercorn.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))
+        uvloop.run(run(config, index, listener, ring_segment, counters_segment, control_path, wake_sock))
     finally:
         logs.flush()

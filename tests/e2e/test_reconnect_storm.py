@@ -166,8 +166,7 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
 
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
-        server = await asyncio.get_running_loop().create_server(Counting, sock=listener, backlog=512)
-        assert isinstance(server, accept.BurstServer)
+        server = accept.BurstServer(asyncio.get_running_loop(), listener, 512, Counting)
         server._pause()  # the test says when the socket is read
         clients = [socket.create_connection(listener.getsockname()) for _ in range(tuning.ACCEPT_BURST + extra)]
         try:
@@ -184,7 +183,7 @@ def test_a_worker_accepts_a_queued_storm_in_bursts_not_one_at_a_time():
             for client in clients:
                 client.close()
 
-    assert uvloop.run(main(), loop_factory=accept.Loop) == [tuning.ACCEPT_BURST, tuning.ACCEPT_BURST + extra]
+    assert uvloop.run(main()) == [tuning.ACCEPT_BURST, tuning.ACCEPT_BURST + extra]
 
 
 def test_an_idle_gateways_streams_spread_over_its_workers(tmp_path):

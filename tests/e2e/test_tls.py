@@ -173,11 +173,13 @@ def test_stalled_tls_reader_lags_and_stays_open(certs, tmp_path):
 
 
 def test_tls_server_accepts_in_bursts(certs):
-    """hypercorn's TLS server on the inherited socket is the burst accept loop, which wraps
+    """The worker's TLS server on the inherited socket is the burst accept loop, which wraps
     each accepted socket in TLS itself: a verifying client completes a request through it."""
     import asyncio
 
-    from gateway.worker.http.accept import BurstServer, Loop
+    import uvloop
+
+    from gateway.worker.http.accept import BurstServer
 
     async def scenario() -> bytes:
         server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -189,8 +191,9 @@ def test_tls_server_accepts_in_bursts(certs):
             await writer.drain()
             writer.close()
 
-        server = await asyncio.start_server(answer, sock=listener, ssl=server_context, ssl_handshake_timeout=5)
-        assert isinstance(server, BurstServer)
+        server = BurstServer(asyncio.get_running_loop(), listener, 100,
+                             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), answer),
+                             tls=server_context, handshake_timeout=5)
         try:
             reader, writer = await asyncio.open_connection(*listener.getsockname(), ssl=certs.client_context(),
                                                            server_hostname="127.0.0.1")
@@ -201,11 +204,7 @@ def test_tls_server_accepts_in_bursts(certs):
         finally:
             server.close()
 
-    loop = Loop()
-    try:
-        assert loop.run_until_complete(scenario()) == b"over tls\n"
-    finally:
-        loop.close()
+    assert uvloop.run(scenario()) == b"over tls\n"
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")

@@ -7,21 +7,26 @@ iteration, so in a reconnect storm two workers together accepted about 28 connec
 while the kernel's accept queue held thousands, and the rest timed out in the queue
 (loadtest/RESULTS.md, "Reconnect storm"; `strace -c` on a worker: one accept4 per epoll_pwait).
 
-`Loop` is uvloop's loop with one change: a plain TCP server on a given socket (what hypercorn
-asks for on the inherited listening socket) is a `BurstServer`, which watches the socket
-itself and, each time it is readable, accepts up to ACCEPT_BURST connections, stopping at the
-first EAGAIN. Each connection is handed over with `connect_accepted_socket`: the same uvloop
-TCP transport (TCP_NODELAY included) libuv's server would have made, its protocol the front
-(gateway/worker/http/front.py), which serves every HTTP/1.1 request and hands HTTP/2 to the
-protocol hypercorn asked for. On a TLS door each connection's first byte is looked at before the handshake
-(plain_http.py: plain HTTP is answered 400, not dropped). Both workers still wait on the one shared accept
-queue, so a stopped worker's share is taken by the others (tests/e2e/test_faults.py).
+`BurstServer` is the worker's server on the inherited listening socket (gateway/worker/server.py
+starts it): it watches the socket itself and, each time it is readable, accepts up to
+ACCEPT_BURST connections, stopping at the first EAGAIN. Each connection is handed over with
+`connect_accepted_socket`: the same uvloop TCP transport libuv's server would have made, its
+protocol the front (gateway/worker/http/front.py), which serves every HTTP/1.1 request and
+hands HTTP/2 to hypercorn (gateway/worker/hypercorn/serving.py). On a TLS door each
+connection's first byte is looked at before the handshake (plain_http.py: plain HTTP is
+answered 400, not dropped). Every worker waits on the one shared accept queue, so a stopped
+worker's share is taken by the others (tests/e2e/test_faults.py).
 
-Balance: every worker idle in epoll is woken for a new connection and the first to run takes
-it, so on an idle gateway one worker could take every stream (measured: 30 of 30). A worker
-holding more than its share of streams (`busier`: the worker's policy, process.py, from the
-shared metric blocks) steps back from one readable event for DEFER_SECONDS; if the connection
-is still queued then (the sibling is stopped or busy), it accepts it after all.
+System calls: a plain connection is handed to uvloop as its descriptor (`Accepted`), not a
+Python socket (CPython checks a descriptor it wraps with a getsockname), nor set non-blocking
+here: libuv's `uv_tcp_open` does it (one ioctl, not two). A TLS connection is a socket, set
+non-blocking, as plain_http.py reads it first. What is left of an opening's calls is
+docs/architecture.md's (the path of one opening, step 1).
+
+Balance: before each readable event the loop asks the worker's balance (gateway/worker/balance.py)
+how many connections to take. None: it steps back from the event for DEFER_SECONDS, and a
+sibling woken by the same event takes it; once more it asks again (a full worker steps back
+for as long as a sibling has room; one merely ahead of its share takes the connection then).
 """
 
 from __future__ import annotations
@@ -29,14 +34,13 @@ from __future__ import annotations
 import asyncio
 import asyncio.constants
 import errno
+import os
 import socket
+import ssl
 from typing import Callable
-
-import uvloop
 
 from gateway import logs
 from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS, RETRY_SECONDS
-from gateway.worker.http.front import Front, FrontSettings
 from gateway.worker.http import plain_http
 
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -44,18 +48,38 @@ RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 log = logs.get("worker")
 
 
-class BurstServer:
-    """Serves `protocol_factory` on a listening socket; what hypercorn needs of a server
-    (`close`, `wait_closed`) and a little of asyncio.Server's surface."""
+class Accepted:
+    """An accepted plain connection as uvloop's `connect_accepted_socket` reads it: its family,
+    type and descriptor. uvloop's transport closes the descriptor and then calls `close`."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, sock: socket.socket, backlog: int,
-                 busier=None, tls: dict | None = None, front: FrontSettings | None = None):
-        self._loop, self._factory = loop, protocol_factory
+    __slots__ = ("family", "type", "fd")
+
+    def __init__(self, family: int, type_: int, fd: int):
+        self.family, self.type, self.fd = family, type_, fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        self.fd = -1  # closed with the transport that took it
+
+    def drop(self) -> None:
+        """Close the descriptor no transport took."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class BurstServer:
+    """Serves `start` (a connection's protocol: the front) on a listening socket until `close`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, backlog: int,
+                 start: Callable[[], asyncio.Protocol], balance: Callable[[bool, int], int] | None = None,
+                 tls: ssl.SSLContext | None = None, handshake_timeout: float | None = None):
+        self._loop, self._protocol = loop, start
         self._sock: socket.socket | None = sock  # None once closed
-        # Each connection starts with the worker's own front (gateway/worker/http/front.py),
-        # which hands it to hypercorn's protocol only for HTTP/2
-        self._protocol = protocol_factory if front is None else (lambda: Front(protocol_factory, front))
-        self._tls = tls or {}  # ssl and ssl_handshake_timeout: each accepted socket is wrapped (gateway/config/tls.py)
+        self._tls = tls  # each accepted socket is wrapped in it (gateway/config/tls.py); None: plain
+        self._handshake_timeout = handshake_timeout or asyncio.constants.SSL_HANDSHAKE_TIMEOUT
         self._fd = sock.fileno()
         # What each accepted socket is made as, read once as plain ints: socket.accept() reads
         # the listener's family and type through their IntEnum properties for every connection
@@ -63,8 +87,9 @@ class BurstServer:
         self._kind = (int(sock.family), int(sock.type), sock.proto)
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
-        self._busier = busier  # () -> bool: this worker holds more than its share
+        self._balance = balance  # (stepped back last time, connecting) -> how many to accept now (0: none)
         self._deferred = False
+        self._connecting = 0  # accepted, their transports not yet made (a TLS handshake)
         sock.setblocking(False)
         sock.listen(backlog)
         self._start()
@@ -85,14 +110,17 @@ class BurstServer:
         self._retry = self._loop.call_later(seconds, self._start)
 
     def _accept(self) -> None:
-        if self._busier is not None and not self._deferred and self._busier():
-            self._deferred = True
-            self._pause_for(DEFER_SECONDS)  # a less loaded sibling, woken by the same event, takes it
-            return
+        burst = ACCEPT_BURST
+        if self._balance is not None:
+            burst = self._balance(self._deferred, self._connecting)
+            if not burst:
+                self._deferred = True
+                self._pause_for(DEFER_SECONDS)  # a sibling with more room, woken by the same event, takes it
+                return
         self._deferred = False
         sock = self._sock
         assert sock is not None  # its reader is removed when it closes
-        for _ in range(ACCEPT_BURST):
+        for _ in range(burst):
             try:
                 fd, _ = sock._accept()  # type: ignore[attr-defined]  # CPython's, not in typeshed
             except (BlockingIOError, InterruptedError):
@@ -104,27 +132,34 @@ class BurstServer:
                 if exc.errno in RESOURCE_ERRORS:
                     self._pause_for(RETRY_SECONDS)  # level-triggered: without a pause the loop would spin
                 return
-            conn = socket.socket(*self._kind, fileno=fd)
-            conn.setblocking(False)
-            self._loop.create_task(self._connect(conn))
+            self._connecting += 1
+            if self._tls is None:
+                self._loop.create_task(self._connect(Accepted(*self._kind[:2], fd)))
+            else:
+                self._loop.create_task(self._connect_tls(socket.socket(*self._kind, fileno=fd)))
 
-    async def _connect(self, conn: socket.socket) -> None:
+    async def _connect(self, conn: Accepted) -> None:
         try:
-            tls = self._tls
-            if tls:  # plain HTTP is answered 400 here instead of failing the handshake
-                left = await plain_http.tls_time_left(self._loop, conn, tls["ssl_handshake_timeout"]
-                                                      or asyncio.constants.SSL_HANDSHAKE_TIMEOUT)
-                if left is None:
-                    return
-                tls = {**tls, "ssl_handshake_timeout": left}
-            await self._loop.connect_accepted_socket(self._protocol, conn, **tls)
+            await self._loop.connect_accepted_socket(self._protocol, conn)  # type: ignore[arg-type]  # its fd
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
-            conn.close()
+            conn.drop()
+        finally:
+            self._connecting -= 1
 
-    @property
-    def sockets(self) -> tuple[socket.socket, ...]:
-        return () if self._sock is None else (self._sock,)
+    async def _connect_tls(self, conn: socket.socket) -> None:
+        try:
+            conn.setblocking(False)
+            # plain HTTP is answered 400 here instead of failing the handshake
+            left = await plain_http.tls_time_left(self._loop, conn, self._handshake_timeout)
+            if left is not None:
+                await self._loop.connect_accepted_socket(self._protocol, conn, ssl=self._tls,
+                                                         ssl_handshake_timeout=left)
+        except Exception as exc:  # the peer went away before the handshake was done
+            log.debug("accepted connection dropped", error=str(exc))
+            conn.close()
+        finally:
+            self._connecting -= 1
 
     def close(self) -> None:
         """Stop accepting and close this process's copy of the listening socket."""
@@ -135,30 +170,3 @@ class BurstServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-
-    async def wait_closed(self) -> None:
-        return None
-
-
-class Loop(uvloop.Loop):
-    """uvloop, with plain TCP servers on a given socket accepting in bursts (BurstServer).
-
-    Why a loop of our own: hypercorn asks its loop for the server on the inherited socket
-    (`create_server` with the protocol factory of its connections), and this is where that
-    request is answered. It is the one place that holds hypercorn's factory and every
-    accepted socket together, so it is how each connection starts as the front
-    (gateway/worker/http/front.py: `front`, set by `serving.serve`) with hypercorn's protocol
-    to hand on to, and how the accept queue drains in bursts. `busier`, set there too, is
-    handed to the server (balance between workers)."""
-
-    busier: Callable[[], bool] | None = None
-    front: FrontSettings | None = None  # FrontSettings: each connection starts with the front (serving.serve)
-
-    async def create_server(self, protocol_factory, host=None, port=None, *, sock=None, backlog=100,
-                            ssl=None, ssl_handshake_timeout=None, **kwargs):
-        if (sock is None or kwargs or sock.type != socket.SOCK_STREAM
-                or sock.family not in (socket.AF_INET, socket.AF_INET6)):
-            return await super().create_server(protocol_factory, host, port, sock=sock, backlog=backlog, ssl=ssl,
-                                               ssl_handshake_timeout=ssl_handshake_timeout, **kwargs)
-        tls = None if ssl is None else {"ssl": ssl, "ssl_handshake_timeout": ssl_handshake_timeout}
-        return BurstServer(self, protocol_factory, sock, backlog, self.busier, tls, self.front)

@@ -40,7 +40,13 @@ class TransportSink(asyncio.Protocol):
     def _leave(self) -> None:
         if not self.left:
             self.left = True
-            if self._listener is not None:
+            if self._listener is not None:  # a stream's: the hub ends it
+                transport = self.transport
+                if transport is not None and not transport.get_write_buffer_size():
+                    # closed now, not at the hub's release a turn later: a poll between would
+                    # report the client's EOF again for a descriptor libuv no longer reads,
+                    # and cost an epoll_ctl DEL, then a failing one at the close
+                    transport.close()
                 self._listener.poke()
 
     # the sink

@@ -95,5 +95,4 @@ async def close(self: TCPServer) -> None:
 
 
 def _counters(self: TCPServer):
-    front = getattr(self.loop, "front", None)  # the worker's FrontSettings (serving.serve)
-    return None if front is None else front.app.counters
+    return getattr(self.context, "counters", None)  # the worker's (serving.H2Context)

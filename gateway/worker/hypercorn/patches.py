@@ -2,17 +2,20 @@
 
 The adapter runs hypercorn's HTTP/2 with some of its attributes replaced (h2_backpressure.py,
 h2_limits.py, h2_idle.py) and follows other internals it does not replace: the h2 state those
-replacements read, and uvloop's transport for each accepted socket (http/accept.py). Each is a `Row` of `TABLE`: the
-owner (a class or module, by dotted name), the attribute, what replaces it (None where it is only followed) and the
-library it reaches into. `problem` checks rows against the code installed (each attribute
+replacements read, what serving.py needs to hand hypercorn one connection (its TCPServer, its
+WorkerContext, its app wrapper), and uvloop's transport for each accepted socket
+(http/accept.py). Each is a `Row` of `TABLE`: the owner (a class or module, by dotted name),
+the attribute, what replaces it (None where it is only followed) and the library it reaches
+into. `problem` checks rows against the code installed (each attribute
 where it is expected), not against a version number: a release that keeps what a row follows
 keeps its row, one that moved it is named.
 
 Almost every row is a guarantee row (`guarantee` set): part of what the gateway promises on
 the path hypercorn serves, HTTP/2 (`H2`: a stalled stream's memory is bounded, one stream
 over the limit refused alone, no client input raising out of hypercorn, a connection with no
-stream ended within --header-timeout). serving.py checks the group before it installs it; where its
-rows moved, the gateway stops offering HTTP/2 rather than serving it unbounded. (HTTP/1.1 is
+stream ended within --header-timeout; and the hand-off of an HTTP/2 connection to hypercorn
+itself). serving.py checks the group before it installs it; where its rows moved, the gateway
+stops offering HTTP/2 rather than serving it unbounded, and HTTP/1.1 goes on. (HTTP/1.1 is
 the front's, gateway/worker/http/front.py: no row.) The two rows with no guarantee are
 http/accept.py's: uvloop's `connect_accepted_socket` (asyncio's public interface, as uvloop
 implements it) and the `_accept` beneath Python's `socket.accept`: nothing can fall back
@@ -91,8 +94,15 @@ TABLE = (
       for name in ("context", "config", "writer", "loop", "idle_task")),
     Row(HC + "asyncio.tcp_server:TCPServer", "protocol", None, "hypercorn", "run", guarantee=H2),
     Row(HC + "protocol:ProtocolWrapper", "protocol", None, "hypercorn", "__init__", guarantee=H2),
+    # serving.py hands one HTTP/2 connection to hypercorn as its server callback does: a
+    # TCPServer awaited on it, with the worker's WorkerContext (whose `terminated` is the stop)
+    # and the app wrapped as hypercorn wraps it
+    Row(HC + "asyncio.tcp_server:TCPServer", "__await__", None, "hypercorn", guarantee=H2),
+    Row(HC + "asyncio.worker_context:WorkerContext", "terminated", None, "hypercorn", "__init__", guarantee=H2),
+    Row(HC + "utils", "wrap_app", None, "hypercorn", guarantee=H2),
     # http/accept.py accepts with the call beneath socket.accept (no IntEnum reads a connection)
-    # and hands each accepted socket to uvloop's own transport
+    # and hands each accepted connection to uvloop's own transport: a plain one as its descriptor
+    # (`Accepted`: uvloop reads its family, type and fileno, and calls its close with the transport's)
     Row("socket:socket", "_accept", None, "python"),
     Row("uvloop:Loop", "connect_accepted_socket", None, "uvloop"),
 )
