@@ -37,8 +37,13 @@ def rpc_id_of(request: object, max_chars: int):
     return None
 
 
-def nests_deeper(value: object, limit: int) -> bool:
-    """Whether arrays and objects in `value` nest more than `limit` levels (`{}` is one)."""
+def nests_deeper(value: object, limit: int, text: bytes | None = None) -> bool:
+    """Whether arrays and objects in `value` nest more than `limit` levels (`{}` is one).
+    `text`, the JSON `value` was parsed from, answers most requests in two byte counts: each
+    level opens with a bracket, so no more brackets than `limit` is no deeper (the walk
+    below is for the rest)."""
+    if text is not None and text.count(b"{") + text.count(b"[") <= limit:
+        return False
     level = [value] if isinstance(value, (dict, list)) else []
     depth = 0
     while level:
