@@ -117,6 +117,11 @@ class Logger:
     def __init__(self, role: str):
         self.role = role
 
+    @staticmethod
+    def wants(level: str) -> bool:
+        """Whether a line at `level` is written (so a caller may skip making its fields)."""
+        return LEVELS[level] >= _threshold
+
     def write(self, level: str, event: str, fields: dict) -> None:
         """A line of `fields` (a dict the caller made and gives up: no keywords unpacked)."""
         if LEVELS[level] < _threshold:

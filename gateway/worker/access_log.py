@@ -163,12 +163,13 @@ class AccessLog:
                         reason=exchange.ended or "aborted")
 
     def _write(self, event: str, exchange: Exchange, **extra) -> None:
-        if not self.enabled:
+        level = "warning" if exchange.method in STATE_CHANGING else "info"
+        if not self.enabled or not log.wants(level):
             return
         fields = exchange.fields()
         if extra:
             fields.update(extra)
-        log.write("warning" if exchange.method in STATE_CHANGING else "info", event, fields)
+        log.write(level, event, fields)
 
 
 def _since(started: float) -> float:
