@@ -310,7 +310,7 @@ class Front(TransportSink):
             except Exception as error:
                 return self._app_over(cycle, error)
             if task is None:
-                return self._app_over(cycle, None)  # over within this call: the usual opening (eager.py)
+                return self._app_over(cycle, None)  # over within this call (eager.py)
         else:
             task = settings.loop.create_task(app)
         APPS.add(task)
