@@ -86,7 +86,7 @@ class _Records(logging.Handler):
             message = record.getMessage()
         except Exception as error:  # a library's record whose arguments do not fit its format
             message = f"{record.msg!r} {record.args!r} ({error!r})"
-        self.routed._write(level, message, fields)
+        self.routed.write(level, message, fields)
 
 
 def per_turn(loop) -> None:
@@ -117,7 +117,13 @@ class Logger:
     def __init__(self, role: str):
         self.role = role
 
-    def _write(self, level: str, event: str, fields: dict) -> None:
+    @staticmethod
+    def wants(level: str) -> bool:
+        """Whether a line at `level` is written (so a caller may skip making its fields)."""
+        return LEVELS[level] >= _threshold
+
+    def write(self, level: str, event: str, fields: dict) -> None:
+        """A line of `fields` (a dict the caller made and gives up: no keywords unpacked)."""
         if LEVELS[level] < _threshold:
             return
         record = {"ts": round(time.time(), 3), "level": level, "role": self.role,
@@ -132,16 +138,16 @@ class Logger:
         _waiting.append(line)
 
     def debug(self, event: str, **fields) -> None:
-        self._write("debug", event, fields)
+        self.write("debug", event, fields)
 
     def info(self, event: str, **fields) -> None:
-        self._write("info", event, fields)
+        self.write("info", event, fields)
 
     def warning(self, event: str, **fields) -> None:
-        self._write("warning", event, fields)
+        self.write("warning", event, fields)
 
     def error(self, event: str, **fields) -> None:
-        self._write("error", event, fields)
+        self.write("error", event, fields)
 
 
 def get(role: str) -> Logger:

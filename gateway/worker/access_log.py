@@ -110,9 +110,24 @@ class NotingSend:
         self.send, self.exchange = send, exchange
 
     async def __call__(self, message: dict) -> None:
-        if message["type"] in ("http.response.start", "websocket.http.response.start"):
-            self.exchange.status = message["status"]
+        note_status(self.exchange, message)
         await self.send(message)
+
+
+class NotingPut(NotingSend):
+    """`NotingSend` around a send that never waits (the front's `Cycle.put`), for the front's
+    openings, which run with no coroutine."""
+
+    __slots__ = ()
+
+    def __call__(self, message: dict) -> None:  # type: ignore[override]  # at once, not awaited
+        note_status(self.exchange, message)
+        self.send(message)
+
+
+def note_status(exchange: Exchange, message: dict) -> None:
+    if message["type"] in ("http.response.start", "websocket.http.response.start"):
+        exchange.status = message["status"]
 
 
 class AccessLog:
@@ -142,10 +157,13 @@ class AccessLog:
                         reason=exchange.ended or "aborted")
 
     def _write(self, event: str, exchange: Exchange, **extra) -> None:
-        if not self.enabled:
+        level = "warning" if exchange.method in STATE_CHANGING else "info"
+        if not self.enabled or not log.wants(level):
             return
-        write = log.warning if exchange.method in STATE_CHANGING else log.info
-        write(event, **exchange.fields(), **extra)
+        fields = exchange.fields()
+        if extra:
+            fields.update(extra)
+        log.write(level, event, fields)
 
 
 def _since(started: float) -> float:

@@ -32,15 +32,18 @@ from gateway.common.control import ControlClient, Op
 from gateway.common.metrics import Counters
 from gateway.protocol import activation, sse
 from gateway.protocol.activation import (CANCEL_TASK, GET_TASK, LIST_TASKS, METHODS, SEND_MESSAGE,
-                                         STOP_SESSION)
+                                         STOP_SESSION, WATCH_SESSION)
 from gateway.protocol.errors import (EXTENDED_AGENT_CARD_NOT_CONFIGURED, INTERNAL_ERROR,
                                      INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
                                      PUSH_NOTIFICATION_NOT_SUPPORTED, RpcError, check_version,
                                      error_body)
 from gateway.worker.access_log import AccessLog, Exchange, exchange_of
 from gateway.worker.card import agent_card, with_own_address
-from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, Caller, Door, Refused, duplicate_member, head_of,
-                                 is_json_content_type, nests_deeper, refuse, respond, rpc_id_of, rpc_id_problem)
+from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, JSON_HEAD, Caller, Door, Refused, duplicate_member,
+                                 head_of, is_json_content_type, nests_deeper, refuse, respond, rpc_id_of,
+                                 rpc_id_problem)
+from gateway.worker.door.asgi_http import answer_messages, put_all, send_all
+from gateway.worker.door.refusal import refusal_messages
 from gateway.worker.delivery.drivers import Served
 from gateway.worker.delivery.hub import Hub
 from gateway.worker.door.limits import ClientLimits
@@ -51,6 +54,14 @@ from gateway.worker.delivery.sink import Sink
 PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
 SinkFactory = Callable[..., Sink]  # (scope, send, receive) -> the stream's sink, from the server adapter
+
+
+class Unanswerable(Exception):
+    """A request the JSON-RPC checks refuse: the error, and the id its answer echoes."""
+
+    def __init__(self, rpc_id, error: RpcError):
+        super().__init__(error)
+        self.rpc_id, self.error = rpc_id, error
 
 
 class RpcEndpoint:
@@ -160,19 +171,76 @@ class RpcEndpoint:
             self.hub.serve(served, sink)
             await sink.carry()
 
+    def at_once(self, body: bytes) -> dict | None:
+        """The parsed request when this `POST /` (its body whole) can be answered with no wait:
+        a WatchSession's opening that no limit asks the sequencer about (its wait for the pace
+        is its caller's); None: it may wait, and `__call__` serves it (parsing the body again)."""
+        if self.limits.rate or self.limits.max_streams or self.door.counts_streams:
+            return None
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        return request if isinstance(request, dict) and request.get("method") == WATCH_SESSION else None
+
+    def open_now(self, scope: dict, body: bytes, request: dict, put, cycle) -> None:
+        """`__call__` for a request `at_once` took: the same checks in the same order, each
+        answer `put` at once (the front's `Cycle.put`), and the stream handed to the hub with
+        the front as its sink (`Front.on_disconnect`)."""
+        exchange = exchange_of(scope)
+        try:
+            rule = self._admit(scope)  # no rate to check: `at_once` saw none set
+            if rule is not None:
+                exchange.caller = rule.name
+            self._checked(scope, body, request, rule, exchange)  # a watcher's caller sees every event
+            served = self.openings.watch_now(scope, put, request["id"], rule)
+        except Refused as refusal:
+            exchange.refused(refusal)
+            put_all(put, refusal_messages(refusal, self.counters))
+            return
+        except Unanswerable as bad:
+            put_all(put, self._error(exchange, bad.rpc_id, bad.error))
+            return
+        self.access.stream_opened(exchange, served)
+        self.hub.serve(served, cycle.front)  # it writes at once: the hub drives it by callbacks
+
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
                         exchange: Exchange) -> Served | None:
         """Answer the request, or open its stream and hand it back for `__call__` to serve."""
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
-            await self._error(send, exchange, None, RpcError(PARSE_ERROR, "the body is not valid JSON"))
+            await send_all(send, self._error(exchange, None, RpcError(PARSE_ERROR, "the body is not valid JSON")))
             return None
+        try:
+            rpc_id, method, params, caller = self._checked(scope, body, request, rule, exchange)
+        except Unanswerable as bad:
+            await send_all(send, self._error(exchange, bad.rpc_id, bad.error))
+            return None
+        try:
+            if method in activation.STREAM_METHODS:
+                return await self.openings.open(scope, send, method, request["id"], params, caller, rule)
+            result = await self._call(method, params, caller, scope)
+        except RpcError as err:
+            await send_all(send, self._error(exchange, rpc_id, err))
+            return None
+        except ConnectionError:
+            await send_all(send, self._error(exchange, rpc_id,
+                                             RpcError(INTERNAL_ERROR, "the sequencer is not reachable")))
+            return None
+        await respond(send, 200, sse.json_rpc_result(request["id"], result))
+        return None
+
+    def _checked(self, scope, body: bytes, request: object, rule: TokenRule | None,
+                 exchange: Exchange) -> tuple[object, str, dict, Caller]:
+        """The parsed request's checks in their order, none of which waits: its id, method,
+        params and caller; raises Unanswerable (a JSON-RPC error) or Refused (403)."""
+        max_depth = self.config.max_json_depth
         rpc_id = rpc_id_of(request, self.config.max_rpc_id_chars)
         try:
-            if nests_deeper(request, self.config.max_json_depth):
+            if nests_deeper(request, max_depth, body):
                 raise RpcError(INVALID_REQUEST, f"the request nests arrays and objects deeper than "
-                                                f"{self.config.max_json_depth} levels")
+                                                f"{max_depth} levels")
             twice = duplicate_member(body) if isinstance(request, dict) else None
             if twice is not None:
                 if twice == "id":
@@ -181,22 +249,15 @@ class RpcEndpoint:
             method = exchange.method = self._check_request(request)
             caller = self.door.authorize(rule, method)
             check_version(head_of(scope).get(b"a2a-version"))
+            assert isinstance(request, dict)  # _check_request says so
             params = request.get("params")
             if params is None:
                 params = {}
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
-            if method in activation.STREAM_METHODS:
-                return await self.openings.open(scope, send, method, request["id"], params, caller, rule)
-            result = await self._call(method, params, caller, scope)
         except RpcError as err:
-            await self._error(send, exchange, rpc_id, err)
-            return None
-        except ConnectionError:
-            await self._error(send, exchange, rpc_id, RpcError(INTERNAL_ERROR, "the sequencer is not reachable"))
-            return None
-        await respond(send, 200, sse.json_rpc_result(request["id"], result))
-        return None
+            raise Unanswerable(rpc_id, err) from None
+        return rpc_id, method, params, caller
 
     def _check_request(self, request: object) -> str:
         if not isinstance(request, dict) or request.get("jsonrpc") != "2.0":
@@ -213,10 +274,11 @@ class RpcEndpoint:
             raise RpcError(METHOD_NOT_FOUND, f"method {method[:100]!r} not found")
         return METHODS[METHODS.index(method)]  # the constant: a stream keeps it as its endpoint
 
-    async def _error(self, send, exchange: Exchange, rpc_id, err: RpcError) -> None:
+    def _error(self, exchange: Exchange, rpc_id, err: RpcError) -> tuple[dict, dict]:
+        """A JSON-RPC error, counted and noted: its answer's messages."""
         self.counters.add("jsonrpc_errors", label=str(err.code))
         exchange.code = err.code
-        await respond(send, 200, error_body(rpc_id, err))
+        return answer_messages(200, error_body(rpc_id, err), JSON_HEAD)
 
     async def _call(self, method: str, params: dict, caller: Caller, scope: dict) -> object:
         who = caller.params()

@@ -37,7 +37,7 @@ from gateway.config.options import Config, TokenRule
 from gateway.common.control import ControlClient, Op
 from gateway.common.metrics import Counters
 from gateway.protocol import activation, events, sse
-from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_OWN_TASKS, WATCHER_METHODS
+from gateway.protocol.activation import SEND_STREAMING_MESSAGE, WATCH_OWN_TASKS, WATCH_SESSION, WATCHER_METHODS
 from gateway.protocol.errors import UNSUPPORTED_OPERATION, RpcError
 from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, head_of
@@ -79,11 +79,24 @@ class Openings:
         finally:
             if served is None:
                 self.limits.release(holding)
-            elif rule is not None or holding is not None:
-                self.holds[served] = (rule, holding)
-                if rule is not None:
-                    self.expire_at(served, rule.expires)
+            else:
+                self._hold(served, rule, holding)
         return served
+
+    def watch_now(self, scope, put, rpc_id, rule: TokenRule | None) -> Served:
+        """A WatchSession's opening with no wait (`open` without its awaits), for the front's
+        at-once path (dispatch.py's `at_once`), which asked first that no limit counts it and
+        took its place in the pace (`OpeningPace.take_or_call`); `put` sends at once."""
+        served, start = self._watch(scope, WATCH_SESSION, rpc_id, None, self.hub.reading_point())
+        put(start)
+        self._hold(served, rule, None)
+        return served
+
+    def _hold(self, served: Served, rule: TokenRule | None, holding: Holding | None) -> None:
+        if rule is not None or holding is not None:
+            self.holds[served] = (rule, holding)
+            if rule is not None:
+                self.expire_at(served, rule.expires)
 
     def close(self, served: Served) -> None:
         """The stream is over: the places it held are given back, its expiry forgotten."""
@@ -117,48 +130,65 @@ class Openings:
                       caller: Caller) -> Served | None:
         """Open the stream (its head sent, its opening ready in `stream.opening`), or answer a
         rejected task and return None."""
-        # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
-        # stream keeps its id for as long as it is open, so keep a right-sized copy.
-        rpc_id_json = bytes(memoryview(orjson.dumps(rpc_id)))
-        ext_values = head_of(scope).all(b"a2a-extensions")
-        activated = activation.connection_activated(method, ext_values)
-        door_used = method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
-            message if isinstance(message := params.get("message"), dict) else {})
         since = self.hub.reading_point()  # before the task is read, so no event is lost in between
         if method in WATCHER_METHODS:
             owner = await self._owner_code(caller) if method == WATCH_OWN_TASKS else None
-            plan = self._replay_plan(scope, watch=True)
-            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
-                                          rpc_id_json=rpc_id_json, owner=owner)
-            stream = served.stream
-            head = stream.connection_frame(events.connection_ack_frame(self._conversation()))
+            served, start = self._watch(scope, method, rpc_id, owner, since)
+            await send(start)
+            return served
+        rpc_id_json, activated, door_used = self._named(scope, method, rpc_id, params)
+        who = caller.params()
+        if method == SEND_STREAMING_MESSAGE:
+            answer = await self.control.call(Op.SEND, params=params, streaming=True, **who)
+            if "rejected" in answer:
+                await send(self._start(method, activated, door_used))
+                rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
+                await send({"type": "http.response.body", "body": rejected})
+                return None
+            if isinstance(params["message"].get("taskId"), str):
+                # spec: "No message on the opening `task` of a continued task"
+                status = answer["task"]["status"]
+                answer["task"]["status"] = {k: v for k, v in status.items() if k != "message"}
         else:
-            who = caller.params()
-            if method == SEND_STREAMING_MESSAGE:
-                answer = await self.control.call(Op.SEND, params=params, streaming=True, **who)
-                if "rejected" in answer:
-                    await self._start(send, method, activated, door_used)
-                    rejected = sse.frame_event(None, rpc_id_json, orjson.dumps(events.task_event(answer["rejected"])))
-                    await send({"type": "http.response.body", "body": rejected})
-                    return None
-                if isinstance(params["message"].get("taskId"), str):
-                    # spec: "No message on the opening `task` of a continued task"
-                    status = answer["task"]["status"]
-                    answer["task"]["status"] = {k: v for k, v in status.items() if k != "message"}
-            else:
-                answer = await self.control.call(Op.SUBSCRIBE, id=params.get("id"), **who)
-            task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
-            plan = self._replay_plan(scope, watch=False)
-            served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
-                                          rpc_id_json=rpc_id_json, task=task, activated=activated)
-            stream = served.stream
-            head = stream.unnumbered(events.task_event(answer["task"]))
+            answer = await self.control.call(Op.SUBSCRIBE, id=params.get("id"), **who)
+        task = TaskView(answer["task"], answer["key"], ends_on_input=method == SEND_STREAMING_MESSAGE)
+        plan = self._replay_plan(scope, watch=False)
+        served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                      rpc_id_json=rpc_id_json, task=task, activated=activated)
+        self._set_opening(served, served.stream.unnumbered(events.task_event(answer["task"])), plan)
+        await send(self._start(method, activated, door_used))
+        return served
+
+    def _watch(self, scope, method: str, rpc_id, owner: int | None, since: int) -> tuple[Served, dict]:
+        """A watcher's stream, its opening set (its `connection-ack`, a gap), and its response
+        head's message: no wait in it."""
+        rpc_id_json, activated, door_used = self._named(scope, method, rpc_id, None)
+        plan = self._replay_plan(scope, watch=True)
+        served = self.hub.open_stream(since=since, replay_after=plan.after, endpoint=method,
+                                      rpc_id_json=rpc_id_json, owner=owner)
+        self._set_opening(served, served.stream.connection_frame(events.connection_ack_frame(self._conversation())),
+                          plan)
+        return served, self._start(method, activated, door_used)
+
+    @staticmethod
+    def _named(scope, method: str, rpc_id, params: dict | None) -> tuple[bytes, bool, bool]:
+        """The stream's id as JSON, whether it activated the connection extension, whether its
+        message uses the door's."""
+        # orjson.dumps answers a bytes object that keeps its whole ~4 KiB write buffer; the
+        # stream keeps its id for as long as it is open, so keep a right-sized copy.
+        rpc_id_json = bytes(memoryview(orjson.dumps(rpc_id)))
+        activated = activation.connection_activated(method, head_of(scope).all(b"a2a-extensions"))
+        door_used = params is not None and method == SEND_STREAMING_MESSAGE and activation.message_uses_door(
+            message if isinstance(message := params.get("message"), dict) else {})
+        return rpc_id_json, activated, door_used
+
+    @staticmethod
+    def _set_opening(served: Served, head: bytes, plan: ReplayPlan) -> None:
         # The replay's events are not copied here: the hub writes them from the window a
         # piece at a time (stream.py, catchup.py); the opening holds its gap frame alone.
+        stream = served.stream
         gap = plan.gap if stream.activated else None
         stream.opening = head + stream.connection_frame(events.gap_frame(gap)) if gap is not None else head
-        await self._start(send, method, activated, door_used)
-        return served
 
     async def _owner_code(self, caller: Caller) -> int:
         """The code the caller's own tasks carry in ring records (0 at a public door, where
@@ -184,10 +214,12 @@ class Openings:
                           "gap" if plan.gap is not None else "replayed")
         return plan
 
-    async def _start(self, send, method: str, activated: bool, door_used: bool) -> None:
+    @staticmethod
+    def _start(method: str, activated: bool, door_used: bool) -> dict:
+        """The response head's message, sent last: nothing can refuse the stream after it."""
         headers = list(STREAM_HEAD)
         value = activation.extensions_header(
             activation.response_extensions(method, activated=activated, door_used=door_used))
         if value:
             headers.append((b"a2a-extensions", value.encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        return {"type": "http.response.start", "status": 200, "headers": headers}

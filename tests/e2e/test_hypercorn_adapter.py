@@ -85,7 +85,7 @@ def test_a_stream_hypercorn_serves_gets_the_asgi_sink_and_the_fronts_is_the_fron
     served = Front.__new__(Front)
     request = SimpleNamespace(url=b"/", version=b"1.1", headers=[], method=b"POST")
     transport = SimpleNamespace(get_extra_info=lambda name: None)
-    assert serving.sink_for(scope_of(request, transport, "http", False, served), send, receive) is served
+    assert serving.sink_for(scope_of(request, transport, "http", False, None, served), send, receive) is served
     assert type(serving.sink_for({"type": "http", "extensions": {}}, send, receive)) is AsgiSink
 
 

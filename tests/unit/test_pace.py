@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import asyncio
+import collections
+
+import pytest
 
 from gateway.tuning import OPENINGS_PER_TURN
 from gateway.worker.pace import OpeningPace
@@ -50,3 +52,44 @@ def test_a_cancelled_opening_gives_its_place_to_the_next():
         return leaving.cancelled()
 
     assert asyncio.run(scenario())
+
+
+def test_called_back_and_awaited_openings_share_one_order_and_one_bound():
+    """The front's at-once path (`take_or_call`) and the awaited path (`admit`) wait in one
+    line: arrival order across both, at most OPENINGS_PER_TURN a turn, a callback's place
+    taken when it is called."""
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        turn = [0]
+
+        def tick() -> None:
+            turn[0] += 1
+            loop.call_soon(tick)
+
+        gate, went, done = OpeningPace(), [], loop.create_future()
+        total = 3 * OPENINGS_PER_TURN + 5
+
+        def went_on(n: int) -> None:
+            went.append((n, turn[0]))
+            if len(went) == total:
+                done.set_result(None)
+
+        async def awaited(n: int) -> None:
+            await gate.admit()
+            went_on(n)
+
+        loop.call_soon(tick)
+        tasks = []
+        for n in range(total):
+            if n % 2:
+                tasks.append(loop.create_task(awaited(n)))
+                await asyncio.sleep(0)  # it asks for its place now, before the next arrives
+            elif gate.take_or_call(lambda n=n: went_on(n)):
+                went_on(n)
+        await asyncio.wait_for(done, 5)
+        await asyncio.gather(*tasks)
+        return went
+
+    went = asyncio.run(scenario())
+    assert [n for n, _ in went] == list(range(3 * OPENINGS_PER_TURN + 5))
+    assert max(collections.Counter(turn for _, turn in went).values()) <= OPENINGS_PER_TURN

@@ -13,17 +13,17 @@ A probe holds its place while its answer is computed, and gives it back as its a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gateway.config.options import Config
 from gateway.common.metrics import Counters
 from gateway.tuning import PROBES_IN_FLIGHT, PROBES_PER_CLIENT
-from gateway.worker.access_log import AccessLog, Exchange, NotingSend
-from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER
+from gateway.worker.access_log import AccessLog, Exchange, NotingPut, NotingSend
+from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER, put_all
 from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.cors import CorsSend, Origins, answer_preflight, is_preflight
 from gateway.worker.door.head import authorization_problem
-from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refuse
+from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refusal_messages, refuse
 from gateway.worker.door.request_head import head_of
 
 if TYPE_CHECKING:
@@ -105,8 +105,7 @@ class Admission:
                 finally:
                     probe.release()
                 return
-            self.open += 1
-            self.counters.add("worker_requests_open")
+            self._take_place()
             to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
             try:
                 await (self.rpc if to_rpc else self.app)(scope, receive, send)
@@ -118,12 +117,55 @@ class Admission:
                         pass  # it had: the server ends the connection
                 raise
             finally:
-                if exchange.stream is None:
-                    self.open -= 1
-                    self.counters.sub("worker_requests_open")
+                self._give_back(exchange)
         finally:
             if exchange.stream is None:
                 self.access.end(exchange)
+
+    def at_once(self, scope: dict, body: bytes, cycle, later: Callable[[], None] | None) -> bool | None:
+        """A `POST /` whose whole body came with its head, served with no coroutine when
+        nothing on its way can wait but the pace (`RpcEndpoint.at_once`: a WatchSession's
+        opening; no CORS here): the same checks as `__call__`'s in the same order, each answer
+        put at once (the front's `Cycle.put`). True: answered; False: nothing was done, and
+        `__call__` serves it; None: it waits for the pace, which calls `later` on its turn
+        (`later` None: its place is taken already)."""
+        rpc = self.rpc
+        request = None if rpc is None or self.origins.allowed else rpc.at_once(body)
+        if request is None:
+            return False
+        if later is not None and not rpc.openings.pace.take_or_call(later):
+            return None  # its place is taken before the door's checks: they run with no wait after it
+        exchange = self.access.begin(scope)
+        put = NotingPut(cycle.put, exchange)
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                put_all(put, refusal_messages(refusal, self.counters))
+                return True
+            self._take_place()
+            try:
+                rpc.open_now(scope, body, request, put, cycle)
+            except Exception:
+                put_all(put, refusal_messages(INTERNAL_REFUSAL, self.counters))  # as `__call__`
+                raise
+            finally:
+                self._give_back(exchange)
+        finally:
+            if exchange.stream is None:
+                self.access.end(exchange)
+        return True
+
+    def _take_place(self) -> None:
+        """A request holds one of the worker's places (--max-connections) while it runs."""
+        self.open += 1
+        self.counters.add("worker_requests_open")
+
+    def _give_back(self, exchange) -> None:
+        """Its run is over: its place is given back, unless it opened a stream, which holds it
+        until its end (`stream_over`)."""
+        if exchange.stream is None:
+            self.open -= 1
+            self.counters.sub("worker_requests_open")
 
     def _client(self, scope: dict) -> str:
         """The client key a probe counts under (behind the trusted proxies now in force)."""

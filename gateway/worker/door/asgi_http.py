@@ -27,6 +27,24 @@ async def respond(send, status: int, body: bytes, headers: list[tuple[bytes, byt
 async def respond_bytes(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | tuple[()] = (),
                         asgi: str = "") -> None:
     """`asgi` "websocket." answers a WebSocket handshake (ASGI's denial response)."""
-    await send({"type": f"{asgi}http.response.start", "status": status,
-                "headers": [(b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": f"{asgi}http.response.body", "body": body})
+    await send_all(send, answer_messages(status, body, headers, asgi))
+
+
+def answer_messages(status: int, body: bytes, headers: list[tuple[bytes, bytes]] | tuple[()] = (),
+                    asgi: str = "") -> tuple[dict, dict]:
+    """A whole answer's two ASGI messages: sent by `respond_bytes`, or put at once by a
+    server's send that never waits (the front's openings: `put_all`)."""
+    return ({"type": f"{asgi}http.response.start", "status": status,
+             "headers": [(b"content-length", str(len(body)).encode()), *headers]},
+            {"type": f"{asgi}http.response.body", "body": body})
+
+
+async def send_all(send, messages) -> None:
+    for message in messages:
+        await send(message)
+
+
+def put_all(put, messages) -> None:
+    """`messages` through `put`, a send that never waits."""
+    for message in messages:
+        put(message)

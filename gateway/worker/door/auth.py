@@ -63,6 +63,8 @@ class Door:
         self.jwt: JwtVerifier | None = None
         if config.jwt is not None:  # PyJWT and cryptography load only where JWTs are taken
             self.jwt = verifier_for(config.jwt, self.counters)
+        # whether a token may carry `max_streams` (a JWT's claim may): its streams ask the sequencer
+        self.counts_streams = self.jwt is not None or any(rule.max_streams for rule in self.rules)
 
     @property
     def public(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Iterable
 
 HTTP_VERSIONS = (b"1.0", b"1.1")
 FOLD = (b" ", b"\t")
+FOLDED = (b"\r\n ", b"\r\n\t")  # a line that begins with FOLD continues the one before it
 CRLF = b"\r\n"
 BARE_LINE_END = "a line of the request head ends in a bare LF or CR, not CRLF"
 OBS_FOLD = "a header line is folded (obs-fold)"
@@ -39,7 +40,7 @@ def raw_problem(raw: bytes) -> str | None:
     crlfs = raw.count(CRLF)
     if raw.count(b"\n") != crlfs or raw.count(b"\r") != crlfs:
         return BARE_LINE_END
-    if any(CRLF + fold in raw for fold in FOLD):
+    if FOLDED[0] in raw or FOLDED[1] in raw:
         return OBS_FOLD
     if raw[:1] in FOLD:
         return LEADING_WHITESPACE

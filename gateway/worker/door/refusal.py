@@ -21,7 +21,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from gateway.common.metrics import AMBIGUOUS, REFUSAL_REASONS, Counters
-from gateway.worker.door.asgi_http import respond_bytes
+from gateway.worker.door.asgi_http import answer_messages, send_all
 from gateway.worker.door.head import AMBIGUITIES
 from gateway.worker.problem import PROBLEM_HEAD, PROBLEM_TYPE, problem_body
 
@@ -71,9 +71,15 @@ class Refused(Exception):
 async def refuse(send, refusal: Refused, counters: Counters, asgi: str = "") -> None:
     """Count, then send: how every refusal leaves. `asgi` "websocket." refuses a WebSocket
     handshake (ASGI's denial response)."""
+    await send_all(send, refusal_messages(refusal, counters, asgi))
+
+
+def refusal_messages(refusal: Refused, counters: Counters, asgi: str = "") -> tuple[dict, dict]:
+    """Count, then the refusal's two messages: `refuse` sends them, the front's openings put
+    them at once (door/asgi_http.py's `put_all`)."""
     if refusal.counter is not None:
         counters.add(refusal.counter[0], label=refusal.counter[1])
-    await respond_bytes(send, refusal.status, refusal.body, [*PROBLEM_HEAD, *refusal.headers], asgi)
+    return answer_messages(refusal.status, refusal.body, [*PROBLEM_HEAD, *refusal.headers], asgi)
 
 
 class RefusalResponse(Response):

@@ -5,7 +5,8 @@ h11 frames it: framing.py), as uvicorn's RequestResponseCycle.
 The connection's front (front.py) makes one `Cycle` per request and runs the app with it,
 one request at a time, in order. A cycle the connection has gone past (its answer is over,
 the next request read) writes nothing and hears only `http.disconnect`. An event stream's
-answer makes the front its sink (transport_sink.py): from its head on, the hub writes it.
+answer closes its connection at its end; once the hub takes the front as the stream's sink
+(`hand_over`), the hub alone writes its bytes (transport_sink.py), its head with the first.
 """
 
 from __future__ import annotations
@@ -17,21 +18,26 @@ from gateway.worker.delivery.sink import SCOPE_EXTENSION
 from gateway.worker.http import framing
 from gateway.worker.http.head_checks import Parsed
 
-EVENT_STREAM = b"text/event-stream"
 DISCONNECT = {"type": "http.disconnect"}
 ASGI = {"spec_version": "2.1", "version": "3.0"}
 
 
-def scope_of(request: Parsed, transport, scheme: str, websocket: bool, sink) -> dict:
-    """The ASGI scope hypercorn made of the same request, with the front handed over as its
-    stream's sink (delivery/sink.py's `SCOPE_EXTENSION`)."""
+def peer_of(transport) -> tuple | None:
+    """The scope's `client`: the connection's peer (a system call: asked once a request)."""
+    peer = transport.get_extra_info("peername")
+    return None if not peer else (peer[0], peer[1])
+
+
+def scope_of(request: Parsed, transport, scheme: str, websocket: bool, client: tuple | None, sink) -> dict:
+    """The ASGI scope hypercorn made of the same request (`client`: `peer_of`), with the front
+    handed over as its stream's sink (delivery/sink.py's `SCOPE_EXTENSION`)."""
     raw_path, _, query = request.url.partition(b"?")
-    peer, own = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
+    own = transport.get_extra_info("sockname")
     scope: dict = {"type": "websocket" if websocket else "http", "http_version": request.version.decode(),
              "asgi": ASGI, "scheme": ("wss" if scheme == "https" else "ws") if websocket else scheme,
              "path": unquote(raw_path.decode("latin-1")), "raw_path": raw_path, "query_string": query,
              "root_path": "", "headers": request.headers,
-             "client": None if not peer else (peer[0], peer[1]),
+             "client": client,
              "server": None if not own else (own[0], own[1]), "state": {}, "extensions": {SCOPE_EXTENSION: sink}}
     if websocket:
         scope["subprotocols"] = []
@@ -39,6 +45,13 @@ def scope_of(request: Parsed, transport, scheme: str, websocket: bool, sink) -> 
     else:
         scope["method"] = request.method.decode("latin-1")
     return scope
+
+
+def view_of(request: Parsed, client: tuple | None) -> dict:
+    """What the door reads of a `POST /` the front serves at once (front.py): the scope's
+    keys it asks for (the request line, the headers, the peer), and none of the rest."""
+    return {"type": "http", "method": "POST", "path": "/", "raw_path": b"/", "query_string": b"",
+            "headers": request.headers, "client": client}
 
 
 class Cycle:
@@ -87,28 +100,21 @@ class Cycle:
             await self.waiter
 
     async def send(self, message: dict) -> None:
+        self.put(message)
+
+    def put(self, message: dict) -> None:
+        """`send`'s work, which never waits: the front's own openings (front.py) call it as is."""
         front = self.front
         transport = front.transport
-        if self.streaming:
-            if message.get("body"):
-                front.write(message["body"])
-            if not message.get("more_body", False):
-                front.end_now()
-            return
         if not self.current or self.over or transport is None or transport.is_closing():
             return
         kind = message["type"].removeprefix("websocket.")
         if kind == "http.response.start":
             headers = message.get("headers", [])
-            head, self.chunked = framing.head(message["status"], headers, self.keep_alive, self.http10)
-            self.started = True
-            self.closes = not self.keep_alive or self.http10 or framing.closes(headers)
-            if any(name.lower() == b"content-type" and value.split(b";")[0].strip() == EVENT_STREAM
-                   for name, value in headers):
-                self.streaming = True
-                front.stream(head, self.chunked)
-            else:
-                self.unsent = head
+            head = framing.head(message["status"], headers, self.keep_alive, self.http10)
+            self.started, self.chunked, self.unsent = True, head.chunked, head.block
+            # an event stream's connection ends with it: the hub's stream (`sink`) or its one body
+            self.closes = not self.keep_alive or self.http10 or head.closes or head.stream
             return
         body = b"" if self.head_only else message.get("body", b"")
         more = message.get("more_body", False)
@@ -123,3 +129,12 @@ class Cycle:
         if not more:
             self.over = True
             front.answered(self)
+
+    def hand_over(self) -> None:
+        """The hub takes the front as the sink of the stream this answer's head began
+        (`Front.on_disconnect`): from here on the hub alone writes its bytes, the head with
+        the first of them (transport_sink.py)."""
+        self.streaming = True
+        if self.started:  # else its connection went before its head: the hub finds the sink closed
+            head, self.unsent = self.unsent, b""
+            self.front.stream(head, self.chunked)

@@ -1,9 +1,10 @@
 """Run a coroutine at once, and make a task only of what is left when it must wait.
 
-Why: the front (front.py) runs the worker's app for each request it reads. An opening
-that passes the door usually awaits nothing that is not ready (no limit asks the sequencer,
-the pace lets it through, the front's send writes at once), so the whole opening, head and
-connection-ack included, can run inside the `data_received` that read its body. A task per
+Why: the front (front.py) runs the worker's app for each request it reads. A whole
+`POST /` that the front's at-once path does not take (`Front._at_once`: a WatchSession's
+opening that no limit asks the sequencer about) often awaits nothing that is not ready
+either (a refusal, a JSON-RPC error, an opening whose limits are not reached), so it can run
+inside the `data_received` that read its body. A task per
 opening cost its creation, its scheduling and a turn of the loop before the first byte, and
 its registration in asyncio's set of tasks. This is what Python 3.12's eager tasks do
 (`eager_start`); the gateway runs on 3.11 too, so it is written here, on the coroutine
@@ -11,7 +12,8 @@ protocol alone (`send`, `throw`).
 
 The eager part runs with no current task: it must not use `asyncio.timeout` (the front hands
 the app its body whole, so the body timer is not reached) or anything else that asks for one
-(tests/e2e/test_front_requests.py runs the real openings through it, and fails if one does).
+(tests/e2e/test_front_requests.py and test_front_at_once.py run real requests through it,
+and fail if one does).
 Python 3.12's `asyncio.eager_task_factory` would give it a task; the gateway runs on 3.11, so
 the shim stays.
 Once it waits, the rest runs in a task that waits on the very future the coroutine yielded,

@@ -12,46 +12,61 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import NamedTuple
 
 from gateway.tuning import MAX_CACHED_HEADS
 from gateway.worker.problem import PROBLEM_HEAD, problem_body, reason_phrase
 
 LAST_CHUNK = b"0\r\n\r\n"
-_heads: dict[tuple, bytes] = {}  # a few distinct heads (the stream's, each refusal's): made once each
 BODILESS = (204, 304)  # statuses whose answer has no body: h11 adds no framing
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+EVENT_STREAM = b"text/event-stream"
 
 
-def closes(headers) -> bool:
-    """Whether the answer's own headers say the connection closes after it."""
-    return any(name.lower() == b"connection" and b"close" in value.lower() for name, value in headers)
+class Head(NamedTuple):
+    """An answer's head as the front writes it, and what its headers say of the answer."""
+
+    block: bytes  # the status line and header block
+    chunked: bool  # its body is chunked
+    closes: bool  # its own headers say the connection closes after it
+    stream: bool  # an event stream's (text/event-stream)
 
 
-def head(status: int, headers, keep_alive: bool = True, http10: bool = False) -> tuple[bytes, bool]:
-    """The status line and header block; whether the body is chunked. `keep_alive`: the
-    request keeps the connection; `http10`: it is HTTP/1.0 (no chunks: a body of no stated
-    length ends with the connection)."""
+_heads: dict[tuple, Head] = {}  # a few distinct heads (the stream's, each refusal's): made once each
+
+
+def head(status: int, headers, keep_alive: bool = True, http10: bool = False) -> Head:
+    """The answer's head. `keep_alive`: the request keeps the connection; `http10`: it is
+    HTTP/1.0 (no chunks: a body of no stated length ends with the connection). A few distinct
+    heads (the stream's, each refusal's) are made once each."""
     key = (status, tuple(headers), keep_alive, http10)
     found = _heads.get(key)
-    delimited = status not in BODILESS and not any(name.lower() == b"content-length" for name, _ in headers)
-    chunked = delimited and not http10
     if found is None:
-        closing = not keep_alive or (delimited and http10)
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status).encode())]
-        for name, value in headers:
-            lowered = name.lower()
-            if (delimited and lowered == b"transfer-encoding") or (closing and lowered == b"connection"):
-                continue
-            lines.append(b"%s: %s\r\n" % (name, value))
-        if chunked:
-            lines.append(b"Transfer-Encoding: chunked\r\n")
-        if closing:
-            lines.append(b"Connection: close\r\n")
-        lines.append(b"\r\n")
-        found = b"".join(lines)
+        found = _made(status, headers, keep_alive, http10)
         if len(_heads) < MAX_CACHED_HEADS:
             _heads[key] = found
-    return found, chunked
+    return found
+
+
+def _made(status: int, headers, keep_alive: bool, http10: bool) -> Head:
+    delimited = status not in BODILESS and not any(name.lower() == b"content-length" for name, _ in headers)
+    chunked = delimited and not http10
+    closing = not keep_alive or (delimited and http10)
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status).encode())]
+    for name, value in headers:
+        lowered = name.lower()
+        if (delimited and lowered == b"transfer-encoding") or (closing and lowered == b"connection"):
+            continue
+        lines.append(b"%s: %s\r\n" % (name, value))
+    if chunked:
+        lines.append(b"Transfer-Encoding: chunked\r\n")
+    if closing:
+        lines.append(b"Connection: close\r\n")
+    lines.append(b"\r\n")
+    closes = any(name.lower() == b"connection" and b"close" in value.lower() for name, value in headers)
+    stream = any(name.lower() == b"content-type" and value.split(b";")[0].strip() == EVENT_STREAM
+                 for name, value in headers)
+    return Head(b"".join(lines), chunked, closes, stream)
 
 
 class _Framed:
@@ -79,8 +94,8 @@ def error_answer(status: int, detail: str) -> bytes:
     head past the buffer): problem details, and the connection closes, in the bytes hypercorn's
     h11 wrote for its own error answers."""
     body = problem_body(status, detail)
-    block, _ = head(status, [*PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close")])
-    return block + body
+    headers = [*PROBLEM_HEAD, (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+    return head(status, headers).block + body
 
 
 def cork_until_fin(transport: asyncio.Transport) -> None:

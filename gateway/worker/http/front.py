@@ -39,8 +39,10 @@ The body timeout is the app's (dispatch.py: a body not in within --body-timeout 
 408), started when the head is read; a body the app does not read keeps the connection only
 until its answer ends (then it closes). `Expect: 100-continue` is answered
 `100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
-door refuses from its head gets its refusal, no invitation, then the close. An app run whose body was whole
-with its head, on `POST /`, runs at once (eager.py); any other in a task.
+door refuses from its head gets its refusal, no invitation, then the close. A `POST /` whose
+body came whole with its head is served within the read: with no coroutine and no scope where
+nothing on its way can wait (`_at_once`: a stream's opening), else run at once until it must
+wait (eager.py); any other request runs in a task.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ from gateway.worker.door.head import raw_problem
 from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http import eager, framing
 from gateway.worker.http.body import Body, Malformed
-from gateway.worker.http.cycle import Cycle, scope_of
-from gateway.worker.http.head_checks import BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Refused, head_cap, read_head
+from gateway.worker.http.cycle import Cycle, peer_of, scope_of, view_of
+from gateway.worker.http.head_checks import (BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Parsed, Refused, head_cap,
+                                             read_head)
 from gateway.worker.http.transport_sink import TransportSink, close
 
 H2_PREFACE = b"PRI * HTTP/2.0"
@@ -234,15 +237,19 @@ class Front(TransportSink):
             self._leave()  # its client shut its side before the body was whole: the app is told at once
         if len(buffer) <= self.settings.incomplete_cap:  # measured once its body's bytes are taken
             self._resume(PIPELINED)
-        scope = scope_of(request, self.transport, self.scheme, websocket, self)
         whole = cycle.body_done and request.method == b"POST" and request.url == b"/"
-        if whole:  # the app takes it from the scope, with no receive and no body timer
+        body, client = b"", peer_of(self.transport)
+        if whole:  # the app takes it whole, with no receive and no body timer
             body = b"".join(cycle.parts)
             whole = len(body) <= self.settings.config.max_body_bytes  # else the door's 413, in its order
             if whole:
-                scope[BODY_KEY] = body
                 cycle.parts.clear()
                 cycle.given = True
+                if self._at_once(cycle, request, body, view_of(request, client)):
+                    return
+        scope = scope_of(request, self.transport, self.scheme, websocket, client, self)
+        if whole:
+            scope[BODY_KEY] = body
         self._run(cycle, scope, whole)
 
     def _read_body(self) -> None:
@@ -271,6 +278,29 @@ class Front(TransportSink):
 
     # --- the app's run ---
 
+    def _at_once(self, cycle: Cycle, request: Parsed, body: bytes, view: dict, paced: bool = False) -> bool:
+        """The app's run with no coroutine or scope (`Admission.at_once`), over within this
+        call or, after a wait for the pace, within its callback (`paced`: its place taken);
+        False: nothing was done."""
+        error = None
+        try:
+            later = None if paced else partial(self._paced, cycle, request, body, view)
+            taken = self.settings.app.at_once(view, body, cycle, later)
+            if not taken:
+                return taken is None
+        except Exception as failed:
+            error = failed
+        self._app_over(cycle, error)
+        return True
+
+    def _paced(self, cycle: Cycle, request: Parsed, body: bytes, view: dict) -> None:
+        """The pace's turn came (`OpeningPace.take_or_call`); a reload that made the request
+        one that may wait has it served as any other."""
+        if not self._at_once(cycle, request, body, view, paced=True):
+            scope = scope_of(request, self.transport, self.scheme, False, view["client"], self)
+            scope[BODY_KEY] = body
+            self._run(cycle, scope, True)
+
     def _run(self, cycle: Cycle, scope: dict, at_once: bool) -> None:
         settings = self.settings
         app = settings.app(scope, cycle.receive, cycle.send)
@@ -280,7 +310,7 @@ class Front(TransportSink):
             except Exception as error:
                 return self._app_over(cycle, error)
             if task is None:
-                return self._app_over(cycle, None)  # over within this call: the usual opening (eager.py)
+                return self._app_over(cycle, None)  # over within this call (eager.py)
         else:
             task = settings.loop.create_task(app)
         APPS.add(task)
@@ -303,6 +333,13 @@ class Front(TransportSink):
         if not cycle.started and not self.left and self.transport is not None:
             self.transport.write(framing.error_answer(500, "internal error"))
         self._close()
+
+    def on_disconnect(self, listener) -> None:
+        """The hub takes this front as its stream's sink (`Hub._open`, its first call): the
+        head the request's cycle holds is handed over with it (`Cycle.hand_over`)."""
+        if self.cycle is not None:
+            self.cycle.hand_over()
+        super().on_disconnect(listener)
 
     def stream(self, head: bytes, chunked: bool) -> None:
         """The answer is an event stream: this connection is its sink from here on (the hub
