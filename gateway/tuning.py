@@ -139,6 +139,17 @@ KEEP_ALIVE_REQUESTS = 1000
 # the app before it stops reading, so an app slow to take a body holds about this much of it
 # in memory, not the whole --max-body-bytes. A bound chosen, not measured.
 BODY_BUFFERED = 64 * 1024
+# A chunked body's bounds (gateway/worker/http/body.py): a chunk-size line, or one trailer line,
+# longer than LINE_MOST is refused 400, as are more than TRAILER_MOST trailer bytes. h11 bounds
+# the same lines; these are chosen, well past any real client's.
+LINE_MOST = 1024
+TRAILER_MOST = 8192
+# What a plain HTTP request sent to a TLS door may hold (gateway/worker/http/plain_http.py): read
+# and dropped up to this many bytes before the 400 is sent and the connection closed.
+DRAIN_BYTES = 1 << 16
+# The access log's `path` field (gateway/worker/access_log.py) is cut at this many characters: a
+# client controls it, and a line per request must stay one line of bounded size.
+MAX_PATH_CHARS = 200
 # Distinct response heads gateway/worker/http/framing.py keeps made (the stream's, each
 # refusal's): a few in practice; the cap keeps a head that varies from growing the cache.
 MAX_CACHED_HEADS = 64

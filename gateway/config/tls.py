@@ -11,7 +11,8 @@ An https:// --upstream is verified against --upstream-cacert (or the system stor
 `upstream_context` builds that client context and `upstream_cacert_problem` checks the file
 at start, as the pair below is checked.
 
-The pair is checked at start by loading it into a context exactly as hypercorn will: a
+The pair is checked at start by loading it into a context exactly as each worker's server
+will (with hypercorn's `Config.create_ssl_context`, `configure` below): a
 missing, unreadable or mismatched file stops the gateway with one line (exit 2) instead of
 every worker failing on its own.
 

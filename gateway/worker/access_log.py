@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Callable
 
 from gateway import logs
 from gateway.protocol.activation import CANCEL_TASK, STOP_SESSION
+from gateway.tuning import MAX_PATH_CHARS
 
 if TYPE_CHECKING:
     from gateway.worker.delivery.drivers import Served
 
 SCOPE_KEY = "murgw.exchange"  # where a request's `Exchange` rides in its ASGI scope
-MAX_PATH_CHARS = 200
 STATE_CHANGING = (STOP_SESSION, CANCEL_TASK)
 
 log = logs.get("worker")

@@ -11,7 +11,7 @@ and nothing else. On a TLS door the server wraps each accepted socket in the ser
 
 The stop, in hypercorn's order: accepting stops (this process's copy of the listening socket
 closed; the siblings still accept), hypercorn's HTTP/2 connections are told and given
-GRACE_SECONDS, then the front's app runs still going get theirs (front.end_apps). An open
+GRACE_SECONDS, then the front's app runs still going get theirs (runs.end_apps). An open
 stream has no run: the worker's SIGTERM ends every stream through the hub first (process.py).
 """
 
@@ -25,7 +25,7 @@ from typing import Awaitable, Callable
 from gateway.config.found import effective_listen_backlog
 from gateway.config.options import Config
 from gateway.tuning import GRACE_SECONDS
-from gateway.worker.http import front
+from gateway.worker.http import front, runs
 from gateway.worker.http.accept import BurstServer
 from gateway.worker.hypercorn.serving import H2, hypercorn_config, offers_h2, tls_context
 
@@ -37,7 +37,7 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     loop = asyncio.get_running_loop()
     hc = hypercorn_config(config)
     h2 = H2(app, hc, app.counters)
-    settings = front.FrontSettings(app, config, h2=offers_h2())
+    settings = runs.FrontSettings(app, config, h2=offers_h2())
     server = BurstServer(loop, listener, effective_listen_backlog(config.listen_backlog),
                          partial(front.Front, h2.protocol, settings), balance,
                          tls_context(hc), hc.ssl_handshake_timeout)
@@ -46,4 +46,4 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     finally:
         server.close()
         await h2.close()
-        await front.end_apps(front.APPS, GRACE_SECONDS)
+        await runs.end_apps(runs.APPS, GRACE_SECONDS)

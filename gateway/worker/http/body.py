@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
+from gateway.tuning import LINE_MOST, TRAILER_MOST
+
 CRLF = b"\r\n"
-LINE_MOST = 1024  # a chunk-size line, or one trailer line, longer than this is refused
-TRAILER_MOST = 8192  # trailer bytes a body may end with
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})[ \t]*(;.*)?")
 
 SIZE, DATA, DATA_END, TRAILER, DONE = range(5)

@@ -52,36 +52,22 @@ from functools import partial
 
 from gateway import logs
 from gateway.common.metrics import IDLE_GAUGE
-from gateway.config.options import Config
 from gateway.tuning import BODY_BUFFERED, KEEP_ALIVE_REQUESTS
 from gateway.worker.door import BODY_KEY
 from gateway.worker.door.head import raw_problem
 from gateway.worker.door.refusal import count_refusal
-from gateway.worker.http import eager, framing
+from gateway.worker.http import framing, runs
 from gateway.worker.http.body import Body, Malformed
 from gateway.worker.http.cycle import Cycle, peer_of, scope_of, view_of
-from gateway.worker.http.head_checks import (BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Parsed, Refused, head_cap,
-                                             read_head)
+from gateway.worker.http.head_checks import BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Parsed, Refused, read_head
+from gateway.worker.http.runs import FrontSettings
 from gateway.worker.http.transport_sink import TransportSink, close
 
 H2_PREFACE = b"PRI * HTTP/2.0"
 HEAD, BODY, APP, STREAM, CLOSED = "reading a head", "reading a body", "running the app", "streaming", "closed"
 WRITING, PIPELINED, UNREAD = 1, 2, 4  # why reading is paused: answers unread, a head buffered, a body unread
-APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
 
 log = logs.get("worker")
-
-
-class FrontSettings:
-    """What every connection's front shares: the worker's app and the bounds it applies, and
-    its loop (on Python 3.11 `asyncio.get_running_loop()` is a getpid system call each time)."""
-
-    __slots__ = ("app", "config", "incomplete_cap", "h2", "loop")
-
-    def __init__(self, app, config: Config, h2: bool = True):
-        self.app, self.config, self.incomplete_cap = app, config, head_cap(config)
-        self.loop = asyncio.get_running_loop()
-        self.h2 = h2  # HTTP/2 is offered: its guarantee holds on this hypercorn (serving.py)
 
 
 class Front(TransportSink):
@@ -250,7 +236,7 @@ class Front(TransportSink):
         scope = scope_of(request, self.transport, self.scheme, websocket, client, self)
         if whole:
             scope[BODY_KEY] = body
-        self._run(cycle, scope, whole)
+        runs.run(self.settings, cycle, scope, whole, self._app_over)
 
     def _read_body(self) -> None:
         cycle = self.cycle
@@ -299,26 +285,7 @@ class Front(TransportSink):
         if not self._at_once(cycle, request, body, view, paced=True):
             scope = scope_of(request, self.transport, self.scheme, False, view["client"], self)
             scope[BODY_KEY] = body
-            self._run(cycle, scope, True)
-
-    def _run(self, cycle: Cycle, scope: dict, at_once: bool) -> None:
-        settings = self.settings
-        app = settings.app(scope, cycle.receive, cycle.send)
-        if at_once:
-            try:
-                task = eager.start(settings.loop, app)
-            except Exception as error:
-                return self._app_over(cycle, error)
-            if task is None:
-                return self._app_over(cycle, None)  # over within this call (eager.py)
-        else:
-            task = settings.loop.create_task(app)
-        APPS.add(task)
-        task.add_done_callback(partial(self._app_done, cycle))
-
-    def _app_done(self, cycle: Cycle, task: asyncio.Task) -> None:
-        APPS.discard(task)
-        self._app_over(cycle, None if task.cancelled() else task.exception())
+            runs.run(self.settings, cycle, scope, True, self._app_over)
 
     def _app_over(self, cycle: Cycle, error: BaseException | None) -> None:
         if error is not None:
@@ -428,14 +395,3 @@ class Front(TransportSink):
             protocol.data_received(bytes(self.buffer))
         self.buffer.clear()
 
-
-async def end_apps(apps: set[asyncio.Task], grace: float) -> None:
-    """The server stops: as hypercorn does with its own, give every app run of the front's
-    still going (an opening that waits on the sequencer or the pace, a request's answer; an
-    open stream has none: the hub ends it) `grace` seconds to end, then cancel what is left."""
-    if apps:
-        await asyncio.wait(list(apps), timeout=grace)
-    for task in list(apps):
-        task.cancel()
-    if apps:
-        await asyncio.wait(list(apps))

@@ -21,10 +21,10 @@ import socket
 import string
 
 from gateway import logs
+from gateway.tuning import DRAIN_BYTES
 from gateway.worker.problem import PROBLEM_TYPE, problem_body, reason_phrase
 
 DETAIL = "this port speaks HTTPS: the plain HTTP request was sent to an HTTPS port; use https://"
-DRAIN_BYTES = 1 << 16
 HTTP_FIRST_BYTES = frozenset(string.ascii_uppercase.encode())
 
 log = logs.get("worker")
