@@ -31,15 +31,18 @@ COALESCE_MAX_EVENTS = 32
 # The pump (gateway/worker/delivery/pump.py): its slow poll, which closes the window in which an
 # armed flag and a head published at the same instant miss each other.
 POLL_SECONDS = 0.05
-# A pass writes its line for at most this long a turn of the loop, the rest on the next turns in
-# order (hub.py): at 1 event/s a 50,000 storm's pass was ~16,700 writes a worker in one
-# callback, and three workers on one core stood their loops still for 1-2.5 s (RESULTS.md run
-# 11). Between two slices the loop runs its openings (the pace's OPENINGS_PER_TURN), accepts
-# and timers, so a crowd gathering while events flow is not held behind passes: 100,000 at 1
-# event/s on 6 workers sharing one core gathered in 198 s at 4,096 streams a slice, 68 s at
-# 1,024, 39.6 s at 256, 33.2 s at 64 (RESULTS.md run 14). A slice by time, not by count: a
-# pass over 1,000 streams (~4 ms) still goes in one, for small slices cost deliveries (1,000
-# watchers at 100 events/s: 5.7-6.1 us a delivery at 64 streams a slice, against 4.2 in one).
+# A pass over at most PASS_WHOLE_STREAMS streams is written in one callback (~5-10 ms at the
+# measured ~5-10 us a write); a longer one for at most PASS_SLICE_SECONDS a turn of the loop,
+# the rest on the next turns in order (hub.py). At 1 event/s a 50,000 storm's pass was ~16,700
+# writes a worker in one callback, and three workers on one core stood their loops still for
+# 1-2.5 s (RESULTS.md run 11). Between two slices the loop runs its openings (the pace's
+# OPENINGS_PER_TURN), accepts and timers, so a crowd gathering while events flow is not held
+# behind passes: 100,000 at 1 event/s on 6 workers sharing one core gathered in 198 s at
+# 4,096 streams a turn, 68 s at 1,024, 39.6 s at 256, 33.2 s at 64 (RESULTS.md run 14). A
+# short pass is not sliced, for slices cost deliveries: 1,000 watchers at 100 events/s took
+# 5.5-5.9 us a delivery in 5 ms slices against 4.0-4.5 whole (run 14). The gathering above in
+# 5 ms slices: 24.9 s from any length, 24.0 s past 1,024 streams, 30.9 s past 4,096.
+PASS_WHOLE_STREAMS = 1024
 PASS_SLICE_SECONDS = 0.005
 
 # Catch-up (gateway/worker/delivery/catchup.py): the most one run writes for before the loop turns,

@@ -241,8 +241,24 @@ def test_the_pass_writes_parked_streams_itself_and_counts_a_shared_batch_once(ri
     run(ring, scenario)
 
 
-def test_a_pass_writes_for_a_bounded_time_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
+def test_a_short_pass_is_written_whole(ring, monkeypatch):
+    monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 5)
+
+    async def scenario(bench: Bench):
+        sinks = [FakeSink() for _ in range(5)]
+        for sink in sinks:
+            await bench.open(watcher(), sink)
+        bench.frames(1)
+        bench.hub.sync()
+        assert [sink.ids() for sink in sinks] == [[1]] * 5  # all five in this turn, however short a slice
+        bench.hub.close_all()
+    run(ring, scenario)
+
+
+def test_a_long_pass_writes_for_a_bounded_time_a_turn_and_the_rest_on_the_next(ring, monkeypatch):
     monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)  # a slice of one stream, at least one
+    monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 0)
 
     async def scenario(bench: Bench):
         sinks = [FakeSink() for _ in range(5)]
@@ -278,6 +294,7 @@ def test_the_coalescing_is_told_every_slice_of_a_pass_not_the_first_alone(ring, 
     a busy loop, so the next pass waits (coalesce.py). Timed by its first slice alone (2 ms), it
     would look light and the delay would stay 0: a pass over many streams would never coalesce."""
     monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 0)
 
     async def scenario(bench: Bench):
         sinks = [SlowSink(0.002) for _ in range(5)]

@@ -30,6 +30,7 @@ run, each opening), so the supervisor sees a busy worker's progress even inside 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
 from collections import deque
@@ -132,7 +133,7 @@ class Hub:
     def _pass(self, keys: set[int]) -> None:
         """Every watcher, and every filtered stream the new events (`keys`) may concern, joins the
         pass's line (once: one still waiting from the last pass writes whatever is due when
-        its turn comes); the line is written PASS_SLICE_SECONDS a turn, in order, so a
+        its turn comes); a long line is written PASS_SLICE_SECONDS a turn, in order, so a
         pass over tens of thousands of streams lets heartbeats and openings run between. The
         pump's coalescing (coalesce.py) is told every slice's time (`_take_pass_seconds`)."""
         everyone = self.window.closing or self.window.session_closed_at
@@ -159,11 +160,12 @@ class Hub:
         return spent
 
     def _pass_on(self) -> None:
-        """The pass's line for PASS_SLICE_SECONDS; the rest on the next turn."""
+        """The pass's line, whole when it holds at most PASS_WHOLE_STREAMS, else for
+        PASS_SLICE_SECONDS; the rest on the next turn."""
         self._pass_handle = None
         started = now = time.perf_counter()
-        deadline = started + tuning.PASS_SLICE_SECONDS
         line = self._line
+        deadline = started + tuning.PASS_SLICE_SECONDS if len(line) > tuning.PASS_WHOLE_STREAMS else math.inf
         while line:  # one stream at least, however short the slice
             served = line.popleft()
             served.passing = False
