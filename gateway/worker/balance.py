@@ -10,7 +10,8 @@ every worker's places in the shared metric blocks (metrics.Counters.places_by_wo
 
 - full (its places all taken, counting connections accepted and not yet made) while a
   sibling has room: none, for as long as that holds; it never accepts to refuse;
-- holding more than BALANCE_SLACK streams beyond its least-loaded sibling: none, once
+- holding more than BALANCE_SLACK streams beyond its least-loaded serving sibling (a worker
+  down or not yet started has a cleared block, and is no sibling to wait for): none, once
   (DEFER_SECONDS), so a sibling woken by the same event takes it; still queued then, it takes it;
 - otherwise up to its room (ACCEPT_BURST at most); when no sibling has room (every worker
   full, or it serves alone), a whole burst: beyond its limit each is answered 503 with
@@ -42,6 +43,7 @@ class Balance:
         room = limit - taken - connecting
         if room <= 0:
             return 0
-        if not deferred and streams > min(o_streams for o_streams, _, _ in others) + BALANCE_SLACK:
+        serving = [o_streams for o_streams, _, o_limit in others if o_limit]  # a cleared block: not serving
+        if not deferred and serving and streams > min(serving) + BALANCE_SLACK:
             return 0
         return min(ACCEPT_BURST, room)

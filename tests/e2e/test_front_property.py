@@ -117,7 +117,9 @@ def h11_reads(data: bytes) -> tuple[list[int], bool]:
 
 def answers(data: bytes) -> list[tuple[int, bytes]]:
     """Each final answer in `data` (the whole of what the server wrote up to its close):
-    (status, body); interim 100 Continue answers skipped."""
+    (status, body); interim 100 Continue answers skipped. A `100 Continue` the close follows
+    is no answer: the front invites a body when its app first waits for it, and the client's
+    EOF may come just after (its request's body never whole), or just before (no invitation)."""
     out = []
     while data:
         client = h11.Connection(h11.CLIENT)
@@ -126,7 +128,15 @@ def answers(data: bytes) -> list[tuple[int, bytes]]:
         client.receive_data(data)
         client.receive_data(b"")
         status, body = 0, b""
-        while (event := client.next_event()) is not h11.NEED_DATA:
+        while True:
+            try:
+                event = client.next_event()
+            except h11.RemoteProtocolError:
+                if status or not data.startswith(b"HTTP/1.1 100 "):
+                    raise  # a final answer cut short, or bytes that are no answer
+                return out
+            if event is h11.NEED_DATA:
+                break
             if isinstance(event, h11.Response):
                 status = event.status_code
             elif isinstance(event, h11.Data):

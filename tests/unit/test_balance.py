@@ -47,3 +47,10 @@ def test_a_worker_ahead_of_its_share_steps_back_once():
     assert burst(ahead, (0, 0, 100)) == 0
     assert burst(ahead, (0, 0, 100), deferred=True) == 100 - BALANCE_SLACK - 1
     assert burst((BALANCE_SLACK, BALANCE_SLACK, 100), (0, 0, 100)) == 100 - BALANCE_SLACK
+
+
+def test_a_sibling_not_serving_is_no_share_to_step_back_for():
+    ahead = (BALANCE_SLACK + 1, BALANCE_SLACK + 1, 100)
+    # the second sibling's block is cleared (down, or not started): only the first one's share counts
+    assert burst(ahead, (BALANCE_SLACK + 1, 0, 100), (0, 0, 0)) == 100 - BALANCE_SLACK - 1
+    assert burst(ahead, (0, 0, 100), (0, 0, 0)) == 0
