@@ -169,6 +169,12 @@ class Bench:
         self.reasons[served] = reason
         self.ends[served].set_result(None)
 
+    async def watching(self, sinks: list[FakeSink]) -> list[FakeSink]:
+        """A watcher's stream served on each of `sinks`."""
+        for sink in sinks:
+            await self.open(watcher(), sink)
+        return sinks
+
     async def open(self, served: Served, sink: FakeSink) -> asyncio.Future:
         """Serve the stream; the future its end resolves. The hub's serve returns once the
         stream waits (parked, on its sink or on a lookup)."""
@@ -246,9 +252,7 @@ def test_a_short_pass_is_written_whole(ring, monkeypatch):
     monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 5)
 
     async def scenario(bench: Bench):
-        sinks = [FakeSink() for _ in range(5)]
-        for sink in sinks:
-            await bench.open(watcher(), sink)
+        sinks = await bench.watching([FakeSink() for _ in range(5)])
         bench.frames(1)
         bench.hub.sync()
         assert [sink.ids() for sink in sinks] == [[1]] * 5  # all five in this turn, however short a slice
@@ -261,9 +265,7 @@ def test_a_long_pass_writes_for_a_bounded_time_a_turn_and_the_rest_on_the_next(r
     monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 0)
 
     async def scenario(bench: Bench):
-        sinks = [FakeSink() for _ in range(5)]
-        for sink in sinks:
-            await bench.open(watcher(), sink)
+        sinks = await bench.watching([FakeSink() for _ in range(5)])
         bench.frames(1)
         bench.hub.sync()
         assert sorted(len(sink.writes) for sink in sinks) == [0, 0, 0, 0, 1]  # this turn's one
@@ -297,9 +299,7 @@ def test_the_coalescing_is_told_every_slice_of_a_pass_not_the_first_alone(ring, 
     monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 0)
 
     async def scenario(bench: Bench):
-        sinks = [SlowSink(0.002) for _ in range(5)]
-        for sink in sinks:
-            await bench.open(watcher(), sink)
+        await bench.watching([SlowSink(0.002) for _ in range(5)])
         for _ in range(3):  # events a pass apart: each within the cap of the last
             bench.frames(1)
             bench.hub.sync()
