@@ -53,6 +53,7 @@ from gateway.worker.delivery.sink import Sink
 # A2A's push-notification config methods: this door declares pushNotifications false.
 PUSH_CONFIG_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
                        "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig")
+WATCH_SESSION_BYTES = f'"{WATCH_SESSION}"'.encode()  # the method's name as a JSON string, unescaped
 SinkFactory = Callable[..., Sink]  # (scope, send, receive) -> the stream's sink, from the server adapter
 
 
@@ -174,8 +175,12 @@ class RpcEndpoint:
     def at_once(self, body: bytes) -> dict | None:
         """The parsed request when this `POST /` (its body whole) can be answered with no wait:
         a WatchSession's opening that no limit asks the sequencer about (its wait for the pace
-        is its caller's); None: it may wait, and `__call__` serves it (parsing the body again)."""
-        if self.limits.rate or self.limits.max_streams or self.door.counts_streams:
+        is its caller's); None: it may wait, and `__call__` serves it (parsing the body again).
+        A body that does not hold the method's name as it is written (`WATCH_SESSION_BYTES`) is
+        not parsed here: every other request is parsed once, by `__call__` (a name written with
+        JSON escapes takes that path too, and is answered the same)."""
+        if (self.limits.rate or self.limits.max_streams or self.door.counts_streams
+                or WATCH_SESSION_BYTES not in body):
             return None
         try:
             request = orjson.loads(body)
