@@ -35,8 +35,8 @@ from gateway.protocol.lag import LAG_LIMIT
 from gateway.worker.http import accept
 from helpers.gateway_harness import running_gateway, wait_for
 from helpers.http_client import Http, headers_for, rpc, rpc_body, user_message
-from helpers.sse_reading import (SSEStream, STORM_WATCHERS, frame_of, full_ring, is_terminal_event, read_replay,
-                         task_id_of)
+from helpers.sse_reading import (SSEStream, STORM_WATCHERS, TERMINAL_STATES, frame_of, full_ring, is_terminal_event,
+                                 read_replay, task_id_of)
 
 BURST_FRAMES = 300  # the burst task's frames; with its statuses and artifact the ring holds < 512
 WATCHERS = 300
@@ -52,10 +52,14 @@ def listen_backlog(port: int) -> int:
 
 def finished_burst(port: int) -> int:
     """Run a burst task to its end; the newest id (its terminal status), after checking that a
-    replay from 0 holds every id from 1 to it."""
+    replay from 0 holds every id from 1 to it. The replay is read once the task has ended (its
+    state, asked with GetTask), so the ring stands still: a reader that opened during the burst
+    and fell 128 behind its live events would rightly be told `lagged` and miss some."""
     status, _, answer = rpc(port, "SendMessage", user_message(f"/scenario burst n={BURST_FRAMES}"))
     assert status == 200, answer
     task_id = answer["result"]["task"]["id"]
+    wait_for(lambda: rpc(port, "GetTask", {"id": task_id})[2]["result"]["status"]["state"] in TERMINAL_STATES,
+             timeout=30, what="the burst task's end")
     with SSEStream(port, WATCH, last_event_id="0", timeout=30) as probe:
         assert probe.status == 200
         seen = probe.read_until(lambda e: e.id is not None and task_id_of(e) == task_id and is_terminal_event(e))

@@ -140,10 +140,12 @@ def heartbeats_among_events(order: list[str]) -> int:
     return order[:last].count("hb")
 
 
+TERMINAL_STATES = ("TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED")
+
+
 def is_terminal_event(event: SSEEvent) -> bool:
     it = item(event)
-    return it.kind == "statusUpdate" and it.body["status"]["state"] in (
-        "TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED")
+    return it.kind == "statusUpdate" and it.body["status"]["state"] in TERMINAL_STATES
 
 
 def task_id_of(event: SSEEvent) -> str | None:

@@ -23,6 +23,7 @@ from gateway.protocol import events, sse, states
 from gateway.protocol.activation import SUBSCRIBE_TO_TASK, WATCH_SESSION
 from gateway.protocol.lag import LAG_LIMIT
 from gateway.protocol.parser import SSEParser, read_stream_response
+from gateway.worker.delivery import coalesce, pump
 from gateway.worker.delivery.drivers import DRAIN, PARK, Served
 from gateway.worker.delivery.hub import Hub
 from gateway.worker.delivery.stream import Stream, TaskView
@@ -292,19 +293,30 @@ class SlowSink(FakeSink):
 
 
 def test_the_coalescing_is_told_every_slice_of_a_pass_not_the_first_alone(ring, monkeypatch):
-    """A pass written a stream a turn, each write 2 ms: the pass took ~10 ms of a ~10 ms interval,
-    a busy loop, so the next pass waits (coalesce.py). Timed by its first slice alone (2 ms), it
-    would look light and the delay would stay 0: a pass over many streams would never coalesce."""
+    """A pass written a stream a turn, each write at least 2 ms: the syncs that follow tell the
+    coalescing (coalesce.py) every slice's time, at least 10 ms in all, not the first slice's
+    alone (2 ms), which would make a pass over many streams look light and never coalesce.
+    Summed over every sync (a wake-up or a poll may come between the slices), so what the box
+    does meanwhile changes how it is split, never the total; the delay the policy then picks
+    depends on the box, the time it is told does not (each write spins 2 ms of wall time)."""
     monkeypatch.setattr(tuning, "PASS_SLICE_SECONDS", 0.0)
     monkeypatch.setattr(tuning, "PASS_WHOLE_STREAMS", 0)
+    told: list[float] = []
+
+    def noting(pass_seconds: float, *rest) -> float:
+        told.append(pass_seconds)
+        return coalesce.next_delay(pass_seconds, *rest)
+
+    monkeypatch.setattr(pump, "next_delay", noting)
 
     async def scenario(bench: Bench):
         await bench.watching([SlowSink(0.002) for _ in range(5)])
-        for _ in range(3):  # events a pass apart: each within the cap of the last
-            bench.frames(1)
-            bench.hub.sync()
-            await until(lambda: not bench.hub._line)
-        assert bench.hub.pump._delay > 0
+        bench.frames(1)
+        told.clear()
+        bench.hub.sync()  # the pass: its first slice now, four on the next turns
+        await until(lambda: not bench.hub._line)
+        bench.hub.sync()  # nothing new: it tells what the later slices took
+        assert sum(told) >= 5 * 0.002
         bench.hub.close_all()
     run(ring, scenario)
 
