@@ -43,7 +43,7 @@ from gateway.worker.door import (BODY_KEY, CLOSE, HEAD_KEY, JSON_HEAD, Caller, D
                                  head_of, is_json_content_type, nests_deeper, refuse, respond, rpc_id_of,
                                  rpc_id_problem)
 from gateway.worker.door.asgi_http import answer_messages, put_all, send_all
-from gateway.worker.door.refusal import refusal_messages
+from gateway.worker.door.refusal import Answered, refusal_messages
 from gateway.worker.delivery.drivers import Served
 from gateway.worker.delivery.hub import Hub
 from gateway.worker.door.limits import ClientLimits
@@ -188,26 +188,32 @@ class RpcEndpoint:
             return None
         return request if isinstance(request, dict) and request.get("method") == WATCH_SESSION else None
 
-    def open_now(self, scope: dict, body: bytes, request: dict, put, cycle) -> None:
-        """`__call__` for a request `at_once` took: the same checks in the same order, each
-        answer `put` at once (the front's `Cycle.put`), and the stream handed to the hub with
-        the front as its sink (`Front.on_disconnect`)."""
+    def admit_now(self, scope: dict, body: bytes, request: dict, put) -> TokenRule | None | Answered:
+        """`__call__`'s checks for a request `at_once` took, in the same order and before the
+        pace, as there: the caller's token rule when its stream may open (`open_now`, on its
+        turn), else ANSWERED: its refusal or JSON-RPC error was `put` at once (the front's
+        `Cycle.put`)."""
         exchange = exchange_of(scope)
         try:
             rule = self._admit(scope)  # no rate to check: `at_once` saw none set
             if rule is not None:
                 exchange.caller = rule.name
             self._checked(scope, body, request, rule, exchange)  # a watcher's caller sees every event
-            served = self.openings.watch_now(scope, put, request["id"], rule)
         except Refused as refusal:
             exchange.refused(refusal)
             put_all(put, refusal_messages(refusal, self.counters))
-            return
+            return Answered.ANSWERED
         except Unanswerable as bad:
             put_all(put, self._error(exchange, bad.rpc_id, bad.error))
-            return
-        self.access.stream_opened(exchange, served)
-        self.hub.serve(served, cycle.front)  # it writes at once: the hub drives it by callbacks
+            return Answered.ANSWERED
+        return rule
+
+    def open_now(self, scope: dict, request: dict, rule: TokenRule | None, put, sink: Sink) -> None:
+        """The stream `admit_now` let through, opened on its pace's turn (its head `put`) and
+        handed to the hub with the front as its sink (`Front.on_disconnect`)."""
+        served = self.openings.watch_now(scope, put, request["id"], rule)
+        self.access.stream_opened(exchange_of(scope), served)
+        self.hub.serve(served, sink)  # it writes at once: the hub drives it by callbacks
 
     async def _dispatch(self, scope, receive, send, body: bytes, rule: TokenRule | None,
                         exchange: Exchange) -> Served | None:

@@ -43,6 +43,7 @@ from gateway.protocol.replay import ReplayPlan, parse_last_event_id, plan_replay
 from gateway.worker.door import Caller, head_of
 from gateway.worker.delivery.drivers import Served
 from gateway.worker.delivery.hub import Hub
+from gateway.worker.delivery.sink import gone
 from gateway.worker.door.limits import ClientLimits, Holding
 from gateway.worker.pace import OpeningPace
 from gateway.worker.delivery.stream import TaskView
@@ -69,13 +70,14 @@ class Openings:
 
     async def open(self, scope, send, method: str, rpc_id, params: dict, caller: Caller,
                    rule: TokenRule | None) -> Served | None:
-        """`_stream`, once the limits gave it a place (429 else); the place is given back
-        at once when no stream opens."""
+        """`_stream`, once the limits gave it a place (429 else) and the pace its turn; the
+        place is given back at once when no stream opens. A client that left while it waited
+        for the pace is not opened, nor answered (as on the front's at-once path)."""
         holding = await self.limits.hold_stream(scope, rule)
         served = None
         try:
-            await self.pace.admit()
-            served = await self._stream(scope, send, method, rpc_id, params, caller)
+            if not (await self.pace.admit() and gone(scope)):
+                served = await self._stream(scope, send, method, rpc_id, params, caller)
         finally:
             if served is None:
                 self.limits.release(holding)
@@ -86,7 +88,7 @@ class Openings:
     def watch_now(self, scope, put, rpc_id, rule: TokenRule | None) -> Served:
         """A WatchSession's opening with no wait (`open` without its awaits), for the front's
         at-once path (dispatch.py's `at_once`), which asked first that no limit counts it and
-        took its place in the pace (`OpeningPace.take_or_call`); `put` sends at once."""
+        gave it its turn in the pace (door/admission.py); `put` sends at once."""
         served, start = self._watch(scope, WATCH_SESSION, rpc_id, None, self.hub.reading_point())
         put(start)
         self._hold(served, rule, None)

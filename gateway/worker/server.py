@@ -11,8 +11,10 @@ and nothing else. On a TLS door the server wraps each accepted socket in the ser
 
 The stop, in hypercorn's order: accepting stops (this process's copy of the listening socket
 closed; the siblings still accept), hypercorn's HTTP/2 connections are told and given
-GRACE_SECONDS, then the front's app runs still going get theirs (runs.end_apps). An open
-stream has no run: the worker's SIGTERM ends every stream through the hub first (process.py).
+GRACE_SECONDS, then the front's app runs still going and the openings waiting for the pace
+get theirs (runs.end_apps: an opening whose turn comes then opens into a closing hub, which
+ends it at once). An open stream has no run: the worker's SIGTERM ends every stream through
+the hub first (process.py).
 """
 
 from __future__ import annotations
@@ -46,4 +48,4 @@ async def serve(app, config: Config, listener: socket.socket, shutdown: Callable
     finally:
         server.close()
         await h2.close()
-        await runs.end_apps(runs.APPS, GRACE_SECONDS)
+        await runs.end_apps(runs.APPS, app.rpc.openings.pace, GRACE_SECONDS)

@@ -13,6 +13,16 @@ from gateway.worker.pace import OpeningPace
 pytestmark = pytest.mark.unit
 
 
+class CalledBack:
+    """An opening that waits with no coroutine (`pace.Waiting`): its turn, or its end at the stop."""
+
+    def __init__(self, turn, end=lambda: None):
+        self.turn, self.end = turn, end
+
+    def __call__(self) -> None:
+        self.turn()
+
+
 def test_openings_at_once_go_on_at_most_per_turn_a_turn_in_arrival_order():
     async def scenario():
         loop = asyncio.get_running_loop()
@@ -55,7 +65,7 @@ def test_a_cancelled_opening_gives_its_place_to_the_next():
 
 
 def test_called_back_and_awaited_openings_share_one_order_and_one_bound():
-    """The front's at-once path (`take_or_call`) and the awaited path (`admit`) wait in one
+    """The front's at-once path (`call_on_turn`) and the awaited path (`admit`) wait in one
     line: arrival order across both, at most OPENINGS_PER_TURN a turn, a callback's place
     taken when it is called."""
     async def scenario():
@@ -84,8 +94,11 @@ def test_called_back_and_awaited_openings_share_one_order_and_one_bound():
             if n % 2:
                 tasks.append(loop.create_task(awaited(n)))
                 await asyncio.sleep(0)  # it asks for its place now, before the next arrives
-            elif gate.take_or_call(lambda n=n: went_on(n)):
+            elif gate.open_now:
+                gate.take()
                 went_on(n)
+            else:
+                gate.call_on_turn(CalledBack(lambda n=n: went_on(n)))
         await asyncio.wait_for(done, 5)
         await asyncio.gather(*tasks)
         return went
@@ -93,3 +106,36 @@ def test_called_back_and_awaited_openings_share_one_order_and_one_bound():
     went = asyncio.run(scenario())
     assert [n for n, _ in went] == list(range(3 * OPENINGS_PER_TURN + 5))
     assert max(collections.Counter(turn for _, turn in went).values()) <= OPENINGS_PER_TURN
+
+
+def test_the_stop_waits_until_no_opening_waits_and_ends_those_still_waiting_at_its_grace():
+    """`settled` is done once nothing waits (those called back have run: a stop's grace), at
+    once when nothing ever did; `end_waiting` ends every callback still queued, in order, and
+    none of them goes on afterwards (awaited ones are their tasks' to cancel)."""
+    async def scenario():
+        gate, went, ended = OpeningPace(), [], []
+        assert gate.settled().done()  # nothing waits
+        for _ in range(OPENINGS_PER_TURN):
+            assert gate.open_now
+            gate.take()
+        for n in range(2 * OPENINGS_PER_TURN + 3):
+            gate.call_on_turn(CalledBack(lambda n=n: went.append(n), lambda n=n: ended.append(n)))
+        settled = gate.settled()
+        assert not settled.done()
+        await asyncio.wait_for(settled, 5)
+        assert went == list(range(2 * OPENINGS_PER_TURN + 3)) and not ended  # all ran, before it was done
+
+        went.clear()
+        for n in range(OPENINGS_PER_TURN + 5):  # in one turn: 5 wait for the next
+            if gate.open_now:
+                gate.take()
+            else:
+                gate.call_on_turn(CalledBack(lambda n=n: went.append(n), lambda n=n: ended.append(n)))
+        assert not gate.settled().done()
+        gate.end_waiting()  # the grace is over before their turn
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return went, ended, gate.settled().done()
+
+    went, ended, settled = asyncio.run(scenario())
+    assert not went and ended == list(range(OPENINGS_PER_TURN, OPENINGS_PER_TURN + 5)) and settled

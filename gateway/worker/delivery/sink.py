@@ -27,6 +27,14 @@ from typing import Protocol
 SCOPE_EXTENSION = "murgw.stream_sink"
 
 
+def gone(scope: dict) -> bool:
+    """The request's client has left: its connection, which the server handed over in the
+    scope as its stream's sink, is closed. (Where none is there, an ASGI server's request is
+    cancelled when its client leaves.)"""
+    sink = scope["extensions"].get(SCOPE_EXTENSION)
+    return sink is not None and sink.closed
+
+
 class Listener(Protocol):
     def poke(self) -> None:
         """Something changed for the stream: its driver looks again (drivers.Served.poke)."""

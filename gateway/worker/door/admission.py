@@ -23,7 +23,7 @@ from gateway.worker.door.asgi_http import CLOSE, RETRY_AFTER, put_all
 from gateway.worker.door.client_address import client_key, client_of
 from gateway.worker.door.cors import CorsSend, Origins, answer_preflight, is_preflight
 from gateway.worker.door.head import authorization_problem
-from gateway.worker.door.refusal import INTERNAL_REFUSAL, Refused, refusal_messages, refuse
+from gateway.worker.door.refusal import INTERNAL_REFUSAL, Answered, Refused, refusal_messages, refuse
 from gateway.worker.door.request_head import head_of
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class Admission:
         # open stream keeps no other frame of its own for it).
         exchange = self.access.begin(scope)
         send = NotingSend(send, exchange)
+        placed = False
         try:
             if scope["type"] == "websocket":
                 await refuse(send, NO_WEBSOCKET, self.counters, "websocket.")
@@ -106,6 +107,7 @@ class Admission:
                     probe.release()
                 return
             self._take_place()
+            placed = True
             to_rpc = self.rpc is not None and scope["path"] == "/" and scope["method"] == "POST"
             try:
                 await (self.rpc if to_rpc else self.app)(scope, receive, send)
@@ -116,43 +118,46 @@ class Admission:
                     except Exception:
                         pass  # it had: the server ends the connection
                 raise
-            finally:
-                self._give_back(exchange)
         finally:
-            if exchange.stream is None:
+            if placed:
+                self._run_over(exchange)
+            else:  # answered at the door
                 self.access.end(exchange)
 
-    def at_once(self, scope: dict, body: bytes, cycle, later: Callable[[], None] | None) -> bool | None:
+    def at_once(self, scope: dict, body: bytes, cycle, over: Callable[..., None]) -> bool | None:
         """A `POST /` whose whole body came with its head, served with no coroutine when
         nothing on its way can wait but the pace (`RpcEndpoint.at_once`: a WatchSession's
         opening; no CORS here): the same checks as `__call__`'s in the same order, each answer
-        put at once (the front's `Cycle.put`). True: answered; False: nothing was done, and
-        `__call__` serves it; None: it waits for the pace, which calls `later` on its turn
-        (`later` None: its place is taken already)."""
+        put at once (the front's `Cycle.put`), and, as there, its place taken before the
+        pace. True: answered; False: nothing was done, and `__call__` serves it; None: it
+        waits for the pace holding its place (`PacedOpening`), and `over(cycle, error)` is
+        called when its run is over."""
         rpc = self.rpc
         request = None if rpc is None or self.origins.allowed else rpc.at_once(body)
         if request is None:
             return False
-        if later is not None and not rpc.openings.pace.take_or_call(later):
-            return None  # its place is taken before the door's checks: they run with no wait after it
         exchange = self.access.begin(scope)
         put = NotingPut(cycle.put, exchange)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            put_all(put, refusal_messages(refusal, self.counters))
+            self.access.end(exchange)
+            return True
+        self._take_place()
         try:
-            refusal = self._refusal(scope)
-            if refusal is not None:
-                put_all(put, refusal_messages(refusal, self.counters))
-                return True
-            self._take_place()
-            try:
-                rpc.open_now(scope, body, request, put, cycle)
-            except Exception:
-                put_all(put, refusal_messages(INTERNAL_REFUSAL, self.counters))  # as `__call__`
-                raise
-            finally:
-                self._give_back(exchange)
-        finally:
-            if exchange.stream is None:
-                self.access.end(exchange)
+            rule = rpc.admit_now(scope, body, request, put)
+            if rule is not Answered.ANSWERED:
+                pace = rpc.openings.pace
+                if not pace.open_now:
+                    pace.call_on_turn(PacedOpening(self, scope, request, rule, put, cycle, over))
+                    return None
+                pace.take()
+                rpc.open_now(scope, request, rule, put, cycle.front)
+        except Exception:
+            put_all(put, refusal_messages(INTERNAL_REFUSAL, self.counters))  # as `__call__`
+            self._run_over(exchange)
+            raise
+        self._run_over(exchange)
         return True
 
     def _take_place(self) -> None:
@@ -160,12 +165,16 @@ class Admission:
         self.open += 1
         self.counters.add("worker_requests_open")
 
-    def _give_back(self, exchange) -> None:
-        """Its run is over: its place is given back, unless it opened a stream, which holds it
-        until its end (`stream_over`)."""
+    def _give_back(self) -> None:
+        self.open -= 1
+        self.counters.sub("worker_requests_open")
+
+    def _run_over(self, exchange: Exchange) -> None:
+        """Its run is over: its place is given back and its line written, unless it opened a
+        stream, which holds both until its end (`stream_over`)."""
         if exchange.stream is None:
-            self.open -= 1
-            self.counters.sub("worker_requests_open")
+            self._give_back()
+            self.access.end(exchange)
 
     def _client(self, scope: dict) -> str:
         """The client key a probe counts under (behind the trusted proxies now in force)."""
@@ -178,8 +187,7 @@ class Admission:
         exchange, served.exchange = served.exchange, None
         assert isinstance(exchange, Exchange)  # set when the stream opened (access_log.stream_opened)
         self.rpc.openings.close(served)
-        self.open -= 1
-        self.counters.sub("worker_requests_open")
+        self._give_back()
         self.counters.add("stream_ends", label=reason or "aborted")
         exchange.ended = reason
         self.access.end(exchange)
@@ -211,3 +219,35 @@ class ProbeSend:
                 admission.probes_of[self.client] = left
             else:
                 del admission.probes_of[self.client]
+
+
+class PacedOpening:
+    """An opening of the at-once path waiting for its turn in the pace (`OpeningPace.call_on_turn`),
+    admitted and holding its place: it opens on its turn, unless its client left meanwhile
+    (then, as on the awaited path, it is neither opened nor answered), or the worker's stop
+    ends it first (`end`)."""
+
+    __slots__ = ("admission", "scope", "request", "rule", "put", "cycle", "over")
+
+    def __init__(self, admission: Admission, scope: dict, request: dict, rule, put: NotingPut, cycle,
+                 over: Callable[..., None]):
+        self.admission, self.scope, self.request, self.rule = admission, scope, request, rule
+        self.put, self.cycle, self.over = put, cycle, over
+
+    def __call__(self) -> None:
+        admission, front, error = self.admission, self.cycle.front, None
+        if not front.closed:
+            try:
+                admission.rpc.open_now(self.scope, self.request, self.rule, self.put, front)
+            except Exception as failed:
+                put_all(self.put, refusal_messages(INTERNAL_REFUSAL, admission.counters))  # as `at_once`
+                error = failed
+        admission._run_over(self.put.exchange)
+        self.over(self.cycle, error)
+
+    def end(self) -> None:
+        """The stop's grace ended before its turn: as an awaited opening whose task the stop
+        cancels, it is not answered by the app (the front ends its connection: `over`), and
+        its place is given back and its line written."""
+        self.admission._run_over(self.put.exchange)
+        self.over(self.cycle, None)

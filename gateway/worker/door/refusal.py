@@ -18,6 +18,8 @@ gateway/worker/http/front.py); `count_refusal` counts it by the same rule
 
 from __future__ import annotations
 
+import enum
+
 from starlette.responses import Response
 
 from gateway.common.metrics import AMBIGUOUS, REFUSAL_REASONS, Counters
@@ -95,3 +97,10 @@ class RefusalResponse(Response):
 
 
 INTERNAL_REFUSAL = Refused(500, "internal error")
+
+
+class Answered(enum.Enum):
+    """An at-once check's word that it answered the request itself, a refusal or a JSON-RPC
+    error (dispatch.py's `RpcEndpoint.admit_now`): no stream opens."""
+
+    ANSWERED = 0

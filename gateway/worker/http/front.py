@@ -48,7 +48,6 @@ wait (eager.py); any other request runs in a task.
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
 from gateway import logs
 from gateway.common.metrics import IDLE_GAUGE
@@ -59,7 +58,7 @@ from gateway.worker.door.refusal import count_refusal
 from gateway.worker.http import framing, runs
 from gateway.worker.http.body import Body, Malformed
 from gateway.worker.http.cycle import Cycle, peer_of, scope_of, view_of
-from gateway.worker.http.head_checks import BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Parsed, Refused, read_head
+from gateway.worker.http.head_checks import BAD_REQUEST, HEAD_END, HEAD_TOO_LARGE, Refused, read_head
 from gateway.worker.http.runs import FrontSettings
 from gateway.worker.http.transport_sink import TransportSink, close
 
@@ -231,7 +230,7 @@ class Front(TransportSink):
             if whole:
                 cycle.parts.clear()
                 cycle.given = True
-                if self._at_once(cycle, request, body, view_of(request, client)):
+                if self._at_once(cycle, body, view_of(request, client)):
                     return
         scope = scope_of(request, self.transport, self.scheme, websocket, client, self)
         if whole:
@@ -264,28 +263,19 @@ class Front(TransportSink):
 
     # --- the app's run ---
 
-    def _at_once(self, cycle: Cycle, request: Parsed, body: bytes, view: dict, paced: bool = False) -> bool:
+    def _at_once(self, cycle: Cycle, body: bytes, view: dict) -> bool:
         """The app's run with no coroutine or scope (`Admission.at_once`), over within this
-        call or, after a wait for the pace, within its callback (`paced`: its place taken);
-        False: nothing was done."""
+        call or, after a wait for the pace, within its callback (`door.admission.PacedOpening`,
+        which tells `_app_over`); False: nothing was done."""
         error = None
         try:
-            later = None if paced else partial(self._paced, cycle, request, body, view)
-            taken = self.settings.app.at_once(view, body, cycle, later)
+            taken = self.settings.app.at_once(view, body, cycle, self._app_over)
             if not taken:
                 return taken is None
         except Exception as failed:
             error = failed
         self._app_over(cycle, error)
         return True
-
-    def _paced(self, cycle: Cycle, request: Parsed, body: bytes, view: dict) -> None:
-        """The pace's turn came (`OpeningPace.take_or_call`); a reload that made the request
-        one that may wait has it served as any other."""
-        if not self._at_once(cycle, request, body, view, paced=True):
-            scope = scope_of(request, self.transport, self.scheme, False, view["client"], self)
-            scope[BODY_KEY] = body
-            runs.run(self.settings, cycle, scope, True, self._app_over)
 
     def _app_over(self, cycle: Cycle, error: BaseException | None) -> None:
         if error is not None:

@@ -4,7 +4,8 @@ shares to run it.
 A request the front cannot serve with no coroutine (`Front._at_once`) runs the app with its
 `Cycle`: a whole `POST /` at once until it must wait (eager.py), any other in a task. A run
 that had to wait is kept in `APPS` until it is over, so the worker's stop (gateway/worker/
-server.py) can give each its grace, as hypercorn does with its own (`end_apps`).
+server.py) can give each its grace, as hypercorn does with its own, and so are the at-once
+path's openings that wait for the pace with no task (`end_apps`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gateway.config.options import Config
 from gateway.worker.http import eager
 from gateway.worker.http.cycle import Cycle
 from gateway.worker.http.head_checks import head_cap
+from gateway.worker.pace import OpeningPace
 
 APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
 Over = Callable[[Cycle, "BaseException | None"], None]  # the front hears a run is over: (cycle, what it raised)
@@ -56,13 +58,17 @@ def _done(over: Over, cycle: Cycle, task: asyncio.Task) -> None:
     over(cycle, None if task.cancelled() else task.exception())
 
 
-async def end_apps(apps: set[asyncio.Task], grace: float) -> None:
+async def end_apps(apps: set[asyncio.Task], pace: OpeningPace, grace: float) -> None:
     """The server stops: as hypercorn does with its own, give every app run of the front's
     still going (an opening that waits on the sequencer or the pace, a request's answer; an
-    open stream has none: the hub ends it) `grace` seconds to end, then cancel what is left."""
-    if apps:
-        await asyncio.wait(list(apps), timeout=grace)
+    open stream has none: the hub ends it), and every opening that waits for the pace with no
+    task (the at-once path's), `grace` seconds to end; then what still waits for the pace is
+    ended (`OpeningPace.end_waiting`: as a cancelled run, with no answer of the app's) and
+    what is left cancelled."""
+    await asyncio.wait([*apps, pace.settled()], timeout=grace)
+    pace.end_waiting()
     for task in list(apps):
         task.cancel()
+    await asyncio.sleep(0)  # the openings called back on the last turn run, in their order
     if apps:
         await asyncio.wait(list(apps))
