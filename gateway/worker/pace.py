@@ -85,12 +85,14 @@ class OpeningPace:
         return settled
 
     def end_waiting(self) -> None:
-        """The stop's grace is over: what still waits never goes on. An awaited opening's task
-        is cancelled by the stop (its future here is skipped, as a cancelled one is); one that
-        waits with no coroutine is told (`Waiting.end`)."""
+        """The stop's grace is over: what still waits never goes on. An awaited opening's wait
+        is cancelled, as the stop cancels its task; one that waits with no coroutine is told
+        (`Waiting.end`)."""
         waiting, self._waiting = self._waiting, deque()
         for waiter in waiting:
-            if not isinstance(waiter, asyncio.Future):
+            if isinstance(waiter, asyncio.Future):
+                waiter.cancel()
+            else:
                 waiter.end()
 
     def _count_turns(self) -> None:

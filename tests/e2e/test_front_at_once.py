@@ -169,7 +169,7 @@ def test_a_refusal_at_once_keeps_the_connection_for_the_next_request(gateway):
 def test_a_storm_past_the_pace_opens_every_stream_with_the_same_bytes(gateway):
     """150 openings (`STORM`) read in one turn of the worker's loop (sent while it is stopped, so its
     next turns accept and read them together) pass the pace 64 a turn: the first at once,
-    the rest called back on later turns (`OpeningPace.take_or_call`), with no coroutine.
+    the rest called back on later turns (`OpeningPace.call_on_turn`), with no coroutine.
     Every one opens, with the same head and opening."""
     worker = next(iter(gateway.worker_pids().values()))
     head, body = request(watch())

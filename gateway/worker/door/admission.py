@@ -166,6 +166,7 @@ class Admission:
         self.counters.add("worker_requests_open")
 
     def _give_back(self) -> None:
+        """The request's place is back: its run is over, or the stream it opened ended."""
         self.open -= 1
         self.counters.sub("worker_requests_open")
 

@@ -41,7 +41,8 @@ until its answer ends (then it closes). `Expect: 100-continue` is answered
 `100 Continue` when the app first waits for the body (cycle.py), as h11 does: a request the
 door refuses from its head gets its refusal, no invitation, then the close. A `POST /` whose
 body came whole with its head is served within the read: with no coroutine and no scope where
-nothing on its way can wait (`_at_once`: a stream's opening), else run at once until it must
+nothing on its way can wait but the pace (`_at_once`: a stream's opening, finished in the
+pace's callback when it waits its turn, holding its place), else run at once until it must
 wait (eager.py); any other request runs in a task.
 """
 
