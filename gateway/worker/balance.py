@@ -22,9 +22,12 @@ every worker's places in the shared metric blocks (metrics.Counters.places_by_wo
   full, or it serves alone), a whole burst: beyond its limit each is answered 503, not left
   in the queue.
 
-A place is taken from the moment a connection is accepted: one accepted and not yet handed
-to the front (its TLS handshake, up to --header-timeout) counts in the worker's
-connections_idle (`accepted`, `handed`), so its siblings see that room gone, not only itself.
+A place is taken from the moment a connection is accepted: it counts in the worker's
+connections_idle from its accept (`accepted`), through its TLS handshake (up to
+--header-timeout), and on as the front's (which takes the count over when its transport is
+made; `dropped` gives it back if none is), so its siblings see that room gone as soon as this
+worker does, and never see it counted twice (a full sibling would then refuse what this worker
+had room for).
 
 A sibling's silence is this worker's own reading of its beat word: the value it last saw and
 when that value changed, on this worker's monotonic clock (no clocks shared). The words are
@@ -79,9 +82,9 @@ class Balance:
         return now - seen[1] < SIBLING_SILENT_SECONDS
 
     def accepted(self) -> None:
-        """A connection accepted, not yet handed to the front: a place taken, its siblings see."""
+        """A connection accepted: a place taken, its siblings see (the front takes the count over)."""
         self.counters.add(IDLE_GAUGE)
 
-    def handed(self) -> None:
-        """The connection accepted is the front's now (which counts it), or dropped."""
+    def dropped(self) -> None:
+        """A connection accepted went before any front was made for it: its place is free again."""
         self.counters.sub(IDLE_GAUGE)

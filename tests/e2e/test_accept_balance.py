@@ -107,10 +107,17 @@ def test_with_one_worker_full_openings_go_to_another_and_none_is_refused_while_a
 def test_a_tls_connection_takes_its_place_from_its_accept_where_siblings_see_it(tmp_path, certs):
     """A connection still before its TLS handshake (it has sent nothing) counts in its worker's
     murgw_connections_idle, the shared count the siblings' balance reads as places taken (a
-    worker whose room is all in handshakes has none to wait for); closed, it is gone from it."""
+    worker whose room is all in handshakes has none to wait for); one past its handshake, the
+    front's now, counts once; closed, both are gone from it."""
     with running_gateway(*certs.args, "--header-timeout", "120", workers=1, metrics=True,
                          tls=certs.client_context(), tmp_path=tmp_path) as gw:
-        assert scrape(gw.metrics_port)[IDLE] == 0
+        def idle() -> float:
+            return scrape(gw.metrics_port)[IDLE]
+
+        assert idle() == 0
         with socket.create_connection(("127.0.0.1", gw.port)):
-            wait_for(lambda: scrape(gw.metrics_port)[IDLE] == 1, what="the connection in its handshake counted")
-        wait_for(lambda: scrape(gw.metrics_port)[IDLE] == 0, what="the closed connection gone from the count")
+            wait_for(lambda: idle() == 1, what="the connection before its handshake counted")
+            with certs.client_context().wrap_socket(socket.create_connection(("127.0.0.1", gw.port)),
+                                                    server_hostname="127.0.0.1"):
+                wait_for(lambda: idle() == 2, what="the connection past its handshake counted once")
+        wait_for(lambda: idle() == 0, what="the closed connections gone from the count")

@@ -125,9 +125,9 @@ def test_a_worker_with_room_reads_no_beat_word_while_no_one_is_behind_it():
     assert worker.burst() == 3 and worker.balance.seen == {}  # no sibling looked at
 
 
-def test_an_accepted_connection_takes_a_place_its_siblings_see_until_the_front_has_it():
+def test_an_accepted_connection_takes_a_place_its_siblings_see_until_it_is_dropped():
     worker = Worker0((0, 0, 3))
-    worker.balance.accepted()
+    worker.balance.accepted()  # then the front's, counted on (or gone before any front was made:)
     assert worker.places.counts == {("connections_idle", ""): 1}
-    worker.balance.handed()
+    worker.balance.dropped()
     assert worker.places.counts == {("connections_idle", ""): 0}

@@ -29,8 +29,10 @@ sibling woken by the same event takes it; once more it asks again (a full worker
 for as long as a sibling whose loop turns has room, and accepts to answer 503 once every
 sibling with room has been silent SIBLING_SILENT_SECONDS; one merely ahead of its share takes
 the connection then). Each connection counts as a place taken from its accept (the balance's
-`accepted`) until the front has it (`handed`): through a TLS handshake too, so a sibling
-waiting for this worker's room sees it go.
+`accepted`, in connections_idle), through a TLS handshake too, so a sibling waiting for this
+worker's room sees it go; the front takes that count over when its transport is made
+(gateway/worker/http/front.py), and a connection dropped before that gives it back
+(`dropped`): counted once all along, never twice nor missing while it is handed over.
 """
 
 from __future__ import annotations
@@ -149,26 +151,27 @@ class BurstServer:
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
             conn.drop()
-        finally:
-            self._handed()
+            self._dropped()
 
     async def _connect_tls(self, conn: socket.socket) -> None:
         try:
             conn.setblocking(False)
             # plain HTTP is answered 400 here instead of failing the handshake
             left = await plain_http.tls_time_left(self._loop, conn, self._handshake_timeout)
-            if left is not None:
-                await self._loop.connect_accepted_socket(self._protocol, conn, ssl=self._tls,
-                                                         ssl_handshake_timeout=left)
+            if left is None:
+                self._dropped()
+                return
+            await self._loop.connect_accepted_socket(self._protocol, conn, ssl=self._tls,
+                                                     ssl_handshake_timeout=left)
         except Exception as exc:  # the peer went away before the handshake was done
             log.debug("accepted connection dropped", error=str(exc))
             conn.close()
-        finally:
-            self._handed()
+            self._dropped()
 
-    def _handed(self) -> None:
+    def _dropped(self) -> None:
+        """No protocol was made for a connection accepted: its place, counted since, is given back."""
         if self._balance is not None:
-            self._balance.handed()
+            self._balance.dropped()
 
     def close(self) -> None:
         """Stop accepting and close this process's copy of the listening socket."""
