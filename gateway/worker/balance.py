@@ -30,7 +30,9 @@ worker does, and never see it counted twice (a full sibling would then refuse wh
 had room for).
 
 A sibling's silence is this worker's own reading of its beat word: the value it last saw and
-when that value changed, on this worker's monotonic clock (no clocks shared). The words are
+when that value changed, on this worker's monotonic clock (no clocks shared; a first look counts
+as a move, so a connection waits about SIBLING_SILENT_SECONDS at most for a sibling already
+stopped when this worker filled). The words are
 read only when the answer depends on them (this worker full, or ahead of a sibling), never on
 the path of a worker with room and no one behind it.
 """
