@@ -83,6 +83,15 @@ LAPPED_CHECK_SECONDS = 0.25
 ACCEPT_BURST = 128  # at most this many accepts per readable event: ~5 ms of the loop
 DEFER_SECONDS = 0.005  # a busier (or full) worker steps back from a readable event for this long
 BALANCE_SLACK = 4  # streams a worker may hold beyond its least-loaded sibling before it defers
+# A sibling whose beat word (gateway/common/stall.py) stood still this long, as a worker's balance
+# saw it, is no room to wait for (stopped, stuck, or not yet serving): a full worker then accepts
+# and answers 503 rather than leave the connection in the queue. Long enough that a live loop is
+# not taken for a stopped one: it beats every PULSE_SECONDS, and its hub as it writes, inside long
+# turns too; the 50,000-watcher storms' pulses ran at most 1 s late (p99 250 ms) with three
+# workers and the sequencer on one core, 2.5-5 s only on a box at load 10-20 (loadtest/RESULTS.md),
+# and a live one taken for stopped costs a 503 its client retries (Retry-After: 1). Short enough
+# that a connection waiting on a stopped or stuck sibling is answered within about this.
+SIBLING_SILENT_SECONDS = 2.0
 # Out of file descriptors (or memory), accepting pauses this long, the kernel queueing meanwhile:
 # the listener is level-triggered, so without a pause the loop would spin. A bound chosen, not measured.
 RETRY_SECONDS = 1.0
@@ -312,6 +321,8 @@ def _broken() -> list[str]:
          "the coalescing cap must be below the slow poll, which would otherwise cut its waits short"),
         (max(HEARTBEAT_TICK_SECONDS, TURN_BUDGET_SECONDS, POLL_SECONDS) < PULSE_SECONDS,
          "the heartbeat tick, a turn's budget and the slow poll must each fit in a stall pulse"),
+        (PULSE_SECONDS < SIBLING_SILENT_SECONDS,
+         "a live worker's beat must move within the time after which a sibling is taken for silent"),
         (OPENINGS_PER_TURN <= ACCEPT_BURST,
          "OPENINGS_PER_TURN above ACCEPT_BURST would never hold a burst's openings back"),
         (YOUNG_ALLOCATIONS * MIDDLE_AFTER * FULL_AFTER > STORM_ALLOCATIONS_PER_WORKER,

@@ -20,7 +20,8 @@ and the supervisor signal each other. Each is one aligned u64, written by exactl
   makes no syscall for that worker.
 - ``LOOP_BEAT + i`` (worker i): bumped each time worker i's event loop turns a pulse
   (``gateway.common.stall``) and as its hub writes (``gateway.worker.delivery.hub``); the supervisor
-  replaces a worker whose word stands still.
+  replaces a worker whose word stands still, and its siblings' accept balance stops waiting for
+  its room (``gateway.worker.balance``).
 The ring is created with ``CONTROL_WORDS`` of them and ``RING_SLOTS`` slots.
 
 The counter blocks (``shm.CounterBlocks``; what each word of a block counts is

@@ -59,15 +59,16 @@ WORKER_GAUGES = {
 # verifier.py; a static token past its `expires` is `expired` too).
 TOKEN_PROBLEMS = ("expired", "not_yet_valid", "signature", "algorithm", "issuer", "audience",
                   "unknown_key", "claims", "malformed")
-IDLE_GAUGE = "connections_idle"  # the front's and hypercorn's connections with no request or stream
+IDLE_GAUGE = "connections_idle"  # connections with no request or stream: the accept loop's, the front's, hypercorn's
 
 # name -> (kind, help, label name or None, label values)
 COUNTERS = {
     "events_written": ("counter", "Events the sequencer wrote to the ring.", None, ()),
     "connections_open": ("gauge", "Open streaming connections.", "endpoint", ENDPOINTS),
     "connections": ("counter", "Streaming connections opened.", "endpoint", ENDPOINTS),
-    IDLE_GAUGE: ("gauge", "Connections held that belong to no request or stream: waiting for a request head, "
-                 "HTTP/2 with no open stream, or closing with answers unsent (SECURITY.md, connection states).",
+    IDLE_GAUGE: ("gauge", "Connections held that belong to no request or stream: accepted and not yet served "
+                 "(a TLS handshake), waiting for a request head, HTTP/2 with no open stream, or closing with "
+                 "answers unsent (SECURITY.md, connection states).",
                  None, ()),
     "events_delivered": ("counter", "Numbered events written to connections.", "endpoint", ENDPOINTS),
     "sends": ("counter", "Batched writes to connections (one per wake-up per connection).",

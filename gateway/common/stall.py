@@ -33,6 +33,9 @@ chose to stop it, and SIGCONT resumes it where it was. It is left alone, and its
 starts again when it runs. A worker that has not beaten once since it was started is given
 STALL_STARTUP_SECONDS (imports, attaching) before the same rule applies.
 
+The workers read each other's words too, for the accept balance (gateway/worker/balance.py):
+a sibling whose word stands still, stopped or stuck, is no room for a full worker to wait for.
+
 Test-only hook: with MURGW_TEST_HANG_ON_SIGUSR1 set to ``syscall`` or ``spin`` in a
 worker's environment, SIGUSR1 makes its event loop block forever in ``read(2)`` on a pipe
 nobody writes, or in an endless Python loop; set to ``busy``, SIGUSR1 makes it run

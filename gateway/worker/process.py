@@ -62,7 +62,7 @@ async def run(config: Config, index: int, listener: socket.socket, ring_segment:
     collector.tune()  # no full collection over tens of thousands of streams mid-storm
     logs.get("worker").info("worker serving", worker=index)
     try:
-        await server.serve(app, config, listener, stop.wait, Balance(counters, index).burst)
+        await server.serve(app, config, listener, stop.wait, Balance(counters, hub.board, index))
     finally:
         pulse.cancel()
         trimmer.cancel()

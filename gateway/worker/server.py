@@ -27,13 +27,14 @@ from typing import Awaitable, Callable
 from gateway.config.found import effective_listen_backlog
 from gateway.config.options import Config
 from gateway.tuning import GRACE_SECONDS
+from gateway.worker.balance import Balance
 from gateway.worker.http import front, runs
 from gateway.worker.http.accept import BurstServer
 from gateway.worker.hypercorn.serving import H2, hypercorn_config, offers_h2, tls_context
 
 
 async def serve(app, config: Config, listener: socket.socket, shutdown: Callable[[], Awaitable],
-                balance: Callable[[bool, int], int]) -> None:
+                balance: Balance) -> None:
     """Serve `app` on `listener` until `shutdown` returns; `balance` tells the accept loop how
     many connections to take at each readable event (gateway/worker/balance.py)."""
     loop = asyncio.get_running_loop()

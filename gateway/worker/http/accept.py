@@ -26,7 +26,13 @@ docs/architecture.md's (the path of one opening, step 1).
 Balance: before each readable event the loop asks the worker's balance (gateway/worker/balance.py)
 how many connections to take. None: it steps back from the event for DEFER_SECONDS, and a
 sibling woken by the same event takes it; once more it asks again (a full worker steps back
-for as long as a sibling has room; one merely ahead of its share takes the connection then).
+for as long as a sibling whose loop turns has room, and accepts to answer 503 once every
+sibling with room has been silent SIBLING_SILENT_SECONDS; one merely ahead of its share takes
+the connection then). Each connection counts as a place taken from its accept (the balance's
+`accepted`, in connections_idle), through a TLS handshake too, so a sibling waiting for this
+worker's room sees it go; the front takes that count over when its transport is made
+(gateway/worker/http/front.py), and a connection dropped before that gives it back
+(`dropped`): counted once all along, never twice nor missing while it is handed over.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Callable
 
 from gateway import logs
 from gateway.tuning import ACCEPT_BURST, DEFER_SECONDS, RETRY_SECONDS
+from gateway.worker.balance import Balance
 from gateway.worker.http import plain_http
 
 RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -74,7 +81,7 @@ class BurstServer:
     """Serves `start` (a connection's protocol: the front) on a listening socket until `close`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, backlog: int,
-                 start: Callable[[], asyncio.Protocol], balance: Callable[[bool, int], int] | None = None,
+                 start: Callable[[], asyncio.Protocol], balance: Balance | None = None,
                  tls: ssl.SSLContext | None = None, handshake_timeout: float | None = None):
         self._loop, self._protocol = loop, start
         self._sock: socket.socket | None = sock  # None once closed
@@ -87,9 +94,8 @@ class BurstServer:
         self._kind = (int(sock.family), int(sock.type), sock.proto)
         self._retry: asyncio.TimerHandle | None = None
         self._serving = False
-        self._balance = balance  # (stepped back last time, connecting) -> how many to accept now (0: none)
+        self._balance = balance  # how many to accept now (0: none); None: every burst whole
         self._deferred = False
-        self._connecting = 0  # accepted, their transports not yet made (a TLS handshake)
         sock.setblocking(False)
         sock.listen(backlog)
         self._start()
@@ -110,9 +116,9 @@ class BurstServer:
         self._retry = self._loop.call_later(seconds, self._start)
 
     def _accept(self) -> None:
-        burst = ACCEPT_BURST
-        if self._balance is not None:
-            burst = self._balance(self._deferred, self._connecting)
+        burst, balance = ACCEPT_BURST, self._balance
+        if balance is not None:
+            burst = balance.burst(self._deferred)
             if not burst:
                 self._deferred = True
                 self._pause_for(DEFER_SECONDS)  # a sibling with more room, woken by the same event, takes it
@@ -132,7 +138,8 @@ class BurstServer:
                 if exc.errno in RESOURCE_ERRORS:
                     self._pause_for(RETRY_SECONDS)  # level-triggered: without a pause the loop would spin
                 return
-            self._connecting += 1
+            if balance is not None:
+                balance.accepted()
             if self._tls is None:
                 self._loop.create_task(self._connect(Accepted(*self._kind[:2], fd)))
             else:
@@ -144,22 +151,27 @@ class BurstServer:
         except Exception as exc:  # the peer went away before the transport was made
             log.debug("accepted connection dropped", error=str(exc))
             conn.drop()
-        finally:
-            self._connecting -= 1
+            self._dropped()
 
     async def _connect_tls(self, conn: socket.socket) -> None:
         try:
             conn.setblocking(False)
             # plain HTTP is answered 400 here instead of failing the handshake
             left = await plain_http.tls_time_left(self._loop, conn, self._handshake_timeout)
-            if left is not None:
-                await self._loop.connect_accepted_socket(self._protocol, conn, ssl=self._tls,
-                                                         ssl_handshake_timeout=left)
+            if left is None:
+                self._dropped()
+                return
+            await self._loop.connect_accepted_socket(self._protocol, conn, ssl=self._tls,
+                                                     ssl_handshake_timeout=left)
         except Exception as exc:  # the peer went away before the handshake was done
             log.debug("accepted connection dropped", error=str(exc))
             conn.close()
-        finally:
-            self._connecting -= 1
+            self._dropped()
+
+    def _dropped(self) -> None:
+        """No protocol was made for a connection accepted: its place, counted since, is given back."""
+        if self._balance is not None:
+            self._balance.dropped()
 
     def close(self) -> None:
         """Stop accepting and close this process's copy of the listening socket."""

@@ -27,7 +27,9 @@ what moves it on):
   CLOSE_GRACE_SECONDS pass (gateway/tuning.py): the abort.
 
 A connection in HEAD or CLOSED belongs to no request or stream: it counts in the worker's
-`connections_idle` gauge (gateway/common/metrics.py) until it moves on or is gone.
+`connections_idle` gauge (gateway/common/metrics.py) until it moves on or is gone. It has
+counted there since its accept (the accept loop's count, gateway/worker/http/accept.py: a
+place its worker's siblings see), so the front takes that count over rather than adding one.
 
 Flow control, as h11 and uvicorn do it: while the transport's write buffer is above its
 high-water mark (the client is not reading its answers), the connection is not read and no
@@ -90,7 +92,7 @@ class Front(TransportSink):
         self.paused = 0  # why reading is paused (WRITING, PIPELINED, UNREAD)
         self.reading_paused = False
         self.eof = False  # the client shut its write side after its request: the answer, then the close
-        self.idle: bool | None = False  # counted in connections_idle; None: gone, or hypercorn's
+        self.idle: bool | None = True  # counted in connections_idle (since its accept: accept.py's count); None: gone
 
     # --- the connection ---
 
