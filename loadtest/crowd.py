@@ -3,8 +3,10 @@
 Starts the gateway (`--workers`, `--heartbeat-interval`, `--sim-load --rate`) and quotes its
 start-up banner (the `listening` line: capacity and the limit that binds), then has csse
 (`--csse PATH`, built with the tool's build.sh) open `--watchers` `murmur.WatchSession` streams
-from `--procs` processes over `--source-addrs` loopback source addresses (one address has about
-28,000 ephemeral ports; one process holds at most its descriptor limit). After the ramp csse
+from `--procs` processes over `--source-addrs` loopback source addresses (by default one for
+every 4,000 watchers: loadtest/loopback.py; one process holds at most its descriptor limit).
+Each server starts once the loopback's TIME_WAIT sockets from the run before have gone
+(`loopback.rest`, reported as `time_wait`). After the ramp csse
 waits `--settle` seconds, then reads for `--window` seconds: the steady window. Reported:
 
 - connected, refused (503 as csse saw them and as `murgw_requests_refused_total{reason="capacity"}`
@@ -27,7 +29,7 @@ them in the same charts (`--report DIR`). While it runs,
 the progress (`loadtest/monitor.py`) reads the watchers open from the server (the gateway's
 /metrics, nchan's stub status): csse reports only at its end. Pin as DEVELOPERS.md says:
 
-    python -m loadtest.crowd --csse /tmp/csse --watchers 100000 --workers 6 --procs 6 --source-addrs 4 \
+    python -m loadtest.crowd --csse /tmp/csse --watchers 100000 --workers 6 --procs 6 \
         --heartbeat-interval 5 --server-cpus 0 --client-cpus 1
 
 Bounded: the ramp by `--connect-timeout`, the window by `--window`, csse by a timeout over both;
@@ -48,7 +50,7 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.bench_surface import cpu_seconds, process_tree  # noqa: E402
-from loadtest import monitor, run_report, servers  # noqa: E402
+from loadtest import loopback, monitor, run_report, servers  # noqa: E402
 from loadtest.csse_client import newest_id, wait_ready  # noqa: E402
 from loadtest.idle20k import memory_kib, refused_total, slab_kib, tcp_mem_kib  # noqa: E402
 from loadtest.storm import StormGateway  # noqa: E402
@@ -91,7 +93,8 @@ class CrowdGateway(StormGateway):
 
 def csse_command(args, system: str, url: str, ready: str, out: str) -> list[str]:
     cmd = [args.csse, url, "-n", str(args.watchers), "--procs", str(args.procs),
-           "--source-addrs", str(args.source_addrs), "--connect-timeout", str(args.connect_timeout),
+           "--source-addrs", str(loopback.source_addrs(args.watchers, args.source_addrs)),
+           "--connect-timeout", str(args.connect_timeout),
            "--go-delay", str(args.settle), "--duration", str(args.window), "--lat-conns", "0",
            "--ready-file", ready, "--out", out]
     if system == "gateway":
@@ -180,7 +183,8 @@ def parse_args(argv=None):
     p.add_argument("--watchers", type=int, default=100000)
     p.add_argument("--workers", type=int, default=6, help="gateway workers, or nginx workers")
     p.add_argument("--procs", type=int, default=6, help="csse processes")
-    p.add_argument("--source-addrs", type=int, default=4, help="csse source addresses 127.0.0.1..K")
+    p.add_argument("--source-addrs", type=int,
+                   help="csse source addresses 127.0.0.1..K (default: one for every 4,000 watchers)")
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
     p.add_argument("--rate", type=float, default=0.0, help="gateway --sim-load events a second")
     p.add_argument("--settle", type=float, default=10.0, help="seconds after the ramp before the window")
@@ -199,6 +203,8 @@ def parse_args(argv=None):
 
 
 def one_server(args, system: str, watching: monitor.Monitor) -> dict:
+    watching.phase("resting", loopback.TIME_WAIT_WAIT_MOST)
+    time_wait = loopback.rest()
     started = run_report.utc_now()
     load_before = os.getloadavg()
     watching.phase("starting", target=args.watchers)
@@ -210,7 +216,8 @@ def one_server(args, system: str, watching: monitor.Monitor) -> dict:
         with servers.Nchan(args, args.rate, args.workers) as server, watching.following(
                 "nchan", pid=server.proc.pid, nchan_port=server.port):
             report = crowd(args, server, system, watching)
-    return {"started": started, "loadavg_before": [round(x, 2) for x in load_before], **report}
+    return {"started": started, "loadavg_before": [round(x, 2) for x in load_before], "time_wait": time_wait,
+            **report}
 
 
 def main(argv=None) -> int:

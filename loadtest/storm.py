@@ -324,8 +324,8 @@ def parse_args(argv=None):
                    help="with --csse: nchan replaying its prefilled 512-message buffer instead (csse_nchan_storm)")
     p.add_argument("--profile", help="with --csse: py-spy's raw stacks of the first worker, written here")
     p.add_argument("--profile-seconds", type=int, default=30)
-    p.add_argument("--source-addrs", type=int, default=1,
-                   help="with --csse: spread the streams over 127.0.0.1..K (one address has ~28,000 ports)")
+    p.add_argument("--source-addrs", type=int,
+                   help="with --csse: spread the streams over 127.0.0.1..K (default: one for every 4,000)")
     p.add_argument("--peer", choices=("nchan",), action="append", default=[],
                    help="the same storm against nginx+nchan afterwards (--workers nginx workers, its buffer "
                         "prefilled with --events-before messages, each watcher replaying it whole: "

@@ -13,7 +13,7 @@ import urllib.request
 
 import orjson
 
-from loadtest import servers
+from loadtest import loopback, servers
 
 HISTOGRAMS = {"jitter": "murgw_heartbeat_jitter_seconds_bucket", "stall": "murgw_loop_stall_seconds_bucket"}
 # Counters summed over their labels: writes per event is sends / events delivered.
@@ -94,6 +94,7 @@ def profile(args, supervisor_pid: int) -> subprocess.Popen | None:
 
 
 def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
+    time_wait = loopback.rest()  # the last run's closes gone from the loopback (loopback.py)
     fill_ring(args.url, args.burst)
     time.sleep(args.settle)
     before = scrape(metrics_port)
@@ -104,7 +105,8 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
                             "--connect-concurrency", str(args.connect_concurrency),
                             "--track-ids", "--track-from-open", "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
-                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
+                            "--procs", str(args.procs),
+                            "--source-addrs", str(loopback.source_addrs(args.watchers, args.source_addrs)),
                             "--out", out, args.url], args.client_cpus)
         started = time.monotonic()
         spy = profile(args, supervisor_pid)
@@ -131,7 +133,7 @@ def csse_storm(args, metrics_port: int, supervisor_pid: int) -> dict:
             "ids_holes_announced", "ids_conns_with_holes", "ids_nonascending", "lagged_frames", "gap_frames",
             "lagged_missed_total", "client_cpu_total_s")
     return {"scenario": "reconnect-storm-full-replay", "watchers": args.watchers, "burst": args.burst,
-            "every_watcher_replayed": every_replay,
+            "time_wait": time_wait, "every_watcher_replayed": every_replay,
             "time_until_all_replayed_s": round(replayed_by, 2) if every_replay and not args.rate else None,
             "reader_wall_s": round(wall, 2),
             "heartbeat_jitter": histogram_over(before["jitter"], after["jitter"]),
@@ -149,12 +151,14 @@ def csse_nchan_storm(args) -> dict:
     messages of --size bytes, while --rate more are published a second. How long its ramp
     takes, and what each subscriber got (nchan's messages carry no murmur id: counts, not id
     checks)."""
+    time_wait = loopback.rest()
     with servers.Nchan(args, args.rate, args.workers, prefill=512) as nchan, tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "csse.json")
         cmd = servers.pinned([args.csse, "-n", str(args.watchers), "--mode", "get",
                             "--connect-concurrency", str(args.connect_concurrency), "--idle-exit", "2",
                             "--connect-timeout", str(args.connect_timeout), "--duration", str(args.live_timeout),
-                            "--procs", str(args.procs), "--source-addrs", str(args.source_addrs),
+                            "--procs", str(args.procs),
+                            "--source-addrs", str(loopback.source_addrs(args.watchers, args.source_addrs)),
                             "--out", out, nchan.url.replace("/sub", "/replay")], args.client_cpus)
         subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=args.connect_timeout + args.live_timeout + 120,
                        check=False)
@@ -162,5 +166,5 @@ def csse_nchan_storm(args) -> dict:
             reader = orjson.loads(fh.read())
     keys = ("closed_by_server", "connect_wall_s", "connect_ms_p99", "events_before_go", "events_total",
             "per_conn_events_min", "per_conn_events_max", "stop_reasons", "errors", "client_cpu_total_s")
-    return {"scenario": "nchan-replaying-storm", "watchers": args.watchers, "rate": args.rate,
+    return {"scenario": "nchan-replaying-storm", "watchers": args.watchers, "rate": args.rate, "time_wait": time_wait,
             "reader": {key: reader.get(key) for key in keys}}
