@@ -121,3 +121,6 @@ class OpeningPace:
             self._admitted += 1
         if waiting or self._admitted:
             self._count_turns()
+        elif self._settled is not None:  # nothing called back, and no turn to come: nothing waits
+            self._settled.set_result(None)
+            self._settled = None

@@ -139,3 +139,21 @@ def test_the_stop_waits_until_no_opening_waits_and_ends_those_still_waiting_at_i
 
     went, ended, settled = asyncio.run(scenario())
     assert not went and ended == list(range(OPENINGS_PER_TURN, OPENINGS_PER_TURN + 5)) and settled
+
+
+def test_the_stop_need_not_wait_when_the_last_waiting_opening_was_cancelled():
+    """A turn that finds only cancelled waits calls nothing back and schedules no turn after it:
+    the stop's wait (`settled`) is over then, not at the end of its grace."""
+    async def scenario():
+        gate = OpeningPace()
+        for _ in range(OPENINGS_PER_TURN):
+            gate.take()  # this turn's places, all taken
+        opening = gate.admit()
+        waiter = opening.send(None)  # it waits for a later turn: the wait it yields
+        settled = gate.settled()  # the stop looks while a turn is to come
+        waiter.cancel()  # its task cancelled before that turn (its client left, or the stop)
+        opening.close()
+        done, _ = await asyncio.wait([settled], timeout=3)
+        assert settled in done
+        assert gate.settled().done()  # and a later look is not left with a stale wait
+    asyncio.run(scenario())

@@ -138,27 +138,44 @@ class Admission:
             return False
         exchange = self.access.begin(scope)
         put = NotingPut(cycle.put, exchange)
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            put_all(put, refusal_messages(refusal, self.counters))
-            self.access.end(exchange)
-            return True
-        self._take_place()
+        end: Callable[[Exchange], None] | None = self.access.end  # its line; once placed, its place too
         try:
-            rule = rpc.admit_now(scope, body, request, put)
-            if rule is not Answered.ANSWERED:
-                pace = rpc.openings.pace
-                if not pace.open_now:
-                    pace.call_on_turn(PacedOpening(self, scope, request, rule, put, cycle, over))
-                    return None
-                pace.take()
-                rpc.open_now(scope, request, rule, put, cycle.front)
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                put_all(put, refusal_messages(refusal, self.counters))
+                return True
+            self._take_place()
+            end = self._run_over
+            try:
+                rule = rpc.admit_now(scope, body, request, put)
+            except Exception:
+                self._failed(put)
+                raise
+            if rule is Answered.ANSWERED:
+                return True
+            pace = rpc.openings.pace
+            if not pace.open_now:
+                pace.call_on_turn(PacedOpening(self, scope, request, rule, put, cycle, over))
+                end = None  # the paced opening ends it: on its turn, or at the stop
+                return None
+            pace.take()
+            self.open_stream(scope, request, rule, put, cycle.front)
+            return True
+        finally:
+            if end is not None:
+                end(exchange)
+
+    def open_stream(self, scope: dict, request: dict, rule, put: NotingPut, front) -> None:
+        """An at-once opening's stream, on its pace's turn (`RpcEndpoint.open_now`); a failure
+        is answered 500, as `__call__` answers it, and raised on."""
+        try:
+            self.rpc.open_now(scope, request, rule, put, front)
         except Exception:
-            put_all(put, refusal_messages(INTERNAL_REFUSAL, self.counters))  # as `__call__`
-            self._run_over(exchange)
+            self._failed(put)
             raise
-        self._run_over(exchange)
-        return True
+
+    def _failed(self, put: NotingPut) -> None:
+        put_all(put, refusal_messages(INTERNAL_REFUSAL, self.counters))  # as `__call__`
 
     def _take_place(self) -> None:
         """A request holds one of the worker's places (--max-connections) while it runs."""
@@ -237,13 +254,13 @@ class PacedOpening:
 
     def __call__(self) -> None:
         admission, front, error = self.admission, self.cycle.front, None
-        if not front.closed:
-            try:
-                admission.rpc.open_now(self.scope, self.request, self.rule, self.put, front)
-            except Exception as failed:
-                put_all(self.put, refusal_messages(INTERNAL_REFUSAL, admission.counters))  # as `at_once`
-                error = failed
-        admission._run_over(self.put.exchange)
+        try:
+            if not front.closed:
+                admission.open_stream(self.scope, self.request, self.rule, self.put, front)
+        except Exception as failed:
+            error = failed
+        finally:
+            admission._run_over(self.put.exchange)
         self.over(self.cycle, error)
 
     def end(self) -> None:
