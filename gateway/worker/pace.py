@@ -105,9 +105,6 @@ class OpeningPace:
         self._next_turn = None
         self._admitted = 0
         waiting = self._waiting
-        if not waiting and self._settled is not None:  # those called back last turn have run
-            self._settled.set_result(None)
-            self._settled = None
         loop = self._loop
         assert loop is not None  # set with the call that runs this
         while waiting and self._admitted < OPENINGS_PER_TURN:
@@ -121,6 +118,6 @@ class OpeningPace:
             self._admitted += 1
         if waiting or self._admitted:
             self._count_turns()
-        elif self._settled is not None:  # nothing called back, and no turn to come: nothing waits
+        elif self._settled is not None:  # none called back now (those of the turn before have run), no turn to come
             self._settled.set_result(None)
             self._settled = None

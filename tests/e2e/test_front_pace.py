@@ -25,7 +25,7 @@ from gateway.protocol.activation import WATCH_SESSION
 from gateway.tuning import OPENINGS_PER_TURN
 from helpers.gateway_harness import gone, running_gateway, scrape, stopped, wait_for
 from helpers.http_client import rpc_body
-from helpers.raw_http import RAW_READ_TIMEOUT
+from helpers.raw_http import RAW_READ_TIMEOUT, head, read_to_close
 
 HELD = 4 * OPENINGS_PER_TURN  # openings read together: all but a turn's wait
 # the awaited path's opening: its method's name written with a JSON escape (dispatch.py's `at_once`)
@@ -34,8 +34,7 @@ AWAITED_BODY = b'{"jsonrpc":"2.0","id":1,"method":"%s\\u%04x"}' % (WATCH_SESSION
 
 def opening(body: bytes = rpc_body(WATCH_SESSION)) -> bytes:
     """A whole `POST /` opening a WatchSession at a public door (head and body: one write)."""
-    return (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return head("POST", "/", [("Content-Type", "application/json"), ("A2A-Version", "1.0")], body)
 
 
 def places(gw) -> tuple[float, float, float]:
@@ -177,12 +176,3 @@ def test_the_stop_answers_every_opening_still_waiting_for_the_pace(tmp_path):
     assert len(lines) == total
     assert all(line["event"] == "stream end" and line["reason"] == "drain" or line["status"] is None
                for line in lines), lines
-
-
-def read_to_close(sock: socket.socket) -> bytes:
-    """Everything the connection carries until the gateway closes it."""
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
-
