@@ -114,14 +114,17 @@ HEAP_TRIM_SECONDS = 5.0
 # The cyclic garbage collector (gateway/worker/collector.py, whose docstring has the whole
 # account). In a 10,000-watcher storm (RESULTS.md) the default thresholds (700, 10, 10) set off
 # ten full collections in two minutes, each freeing nothing and holding the loop still 0.3 to
-# 5 s. With these, a full collection may come only after 1,000 x 10 x 500 = 5 million net
+# 5 s. With these, a full collection may come only after 500 x (0 + 2) x 5,000 = 5 million net
 # allocations: a 50,000 storm on 3 workers makes about 1.7 million a worker and sets off none.
-# Young collections stay about the default's size (at most 10,000 objects in the middle
-# generation): with 5,000 allocations between them, a 50,000 storm's middle collections held a
-# worker sharing its core for up to 3 s each.
-YOUNG_ALLOCATIONS = 1_000  # net allocations between two generation-0 collections (default 700)
-MIDDLE_AFTER = 10  # generation-0 collections before a generation-1 one (the default)
-FULL_AFTER = 500  # generation-1 collections before a full one may run (default 10)
+# A middle collection follows every young one (MIDDLE_AFTER 0), so what survives is scanned
+# twice while it is still in the cache, then left for the full ones: 15,000 openings on one
+# worker spent 124-131 ms in the collector, against 209-223 ms with (1,000, 10) (RESULTS.md
+# run 16). Middle collections stay small (at most 10,000 objects): with 5,000 allocations
+# between young ones, a 50,000 storm's middle collections held a worker sharing its core for
+# up to 3 s each.
+YOUNG_ALLOCATIONS = 500  # net allocations between two generation-0 collections (default 700)
+MIDDLE_AFTER = 0  # a generation-1 collection comes once more generation-0 ones than this ran since the last
+FULL_AFTER = 5_000  # generation-1 collections before a full one may run (default 10)
 STORM_ALLOCATIONS_PER_WORKER = 1_700_000  # the 50,000-watcher storm's, measured above
 MIDDLE_GENERATION_MOST = 10_000  # young collections this small stayed short in that storm
 
@@ -325,9 +328,9 @@ def _broken() -> list[str]:
          "a live worker's beat must move within the time after which a sibling is taken for silent"),
         (OPENINGS_PER_TURN <= ACCEPT_BURST,
          "OPENINGS_PER_TURN above ACCEPT_BURST would never hold a burst's openings back"),
-        (YOUNG_ALLOCATIONS * MIDDLE_AFTER * FULL_AFTER > STORM_ALLOCATIONS_PER_WORKER,
+        (YOUNG_ALLOCATIONS * (MIDDLE_AFTER + 2) * FULL_AFTER > STORM_ALLOCATIONS_PER_WORKER,
          "a full collection must not come within a measured storm's allocations"),
-        (YOUNG_ALLOCATIONS * MIDDLE_AFTER <= MIDDLE_GENERATION_MOST,
+        (YOUNG_ALLOCATIONS * (MIDDLE_AFTER + 2) <= MIDDLE_GENERATION_MOST,
          "young collections must stay as short as the storm measured them"),
         (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, PROBES_PER_CLIENT, KEEP_ALIVE_REQUESTS,
              CHECKS_PER_HEARTBEAT) >= 1,

@@ -11,14 +11,20 @@ below still keeps a storm clear of them.
 
 - `tune`, once, after the imports and before serving: `gc.freeze()` moves everything made so
   far (modules, classes, functions: alive for good) to the permanent generation, which no
-  collection scans; and the thresholds are raised so that a full collection may come only
-  after YOUNG_ALLOCATIONS x MIDDLE_AFTER x FULL_AFTER net allocations (5 million: a storm of
-  50,000 openings on 3 workers makes about 1.7 million a worker, and sets off none; CPython
-  also waits until what was promoted since the last one is a quarter of the old objects).
-  Young collections stay frequent and short, about the default's size (at most 10,000 objects
-  in the middle generation): with 5,000 allocations between them, a 50,000 storm's middle
-  collections (50,000 objects, nearly all surviving) held a worker sharing its core for up
-  to 3 s each.
+  collection scans; and the thresholds are set so that a full collection may come only
+  after YOUNG_ALLOCATIONS x (MIDDLE_AFTER + 2) x FULL_AFTER net allocations (5 million: a
+  storm of 50,000 openings on 3 workers makes about 1.7 million a worker, and sets off none;
+  CPython also waits until what was promoted since the last one is a quarter of the old
+  objects).
+- Young and middle collections alternate, each after 500 allocations: an open stream's
+  objects (its front, stream, access-log record, uvloop's transport and what that holds) are
+  scanned once young and once middle, soon after they were made, then left to the full
+  ones. The scan's cost is the cache's more than the objects': 15,000 openings on one worker
+  spent 209-223 ms in the collector with (1,000, 10) (a middle collection over up to 12,000
+  objects made since the last, cold), 124-131 ms with these, about 6 µs an opening
+  (loadtest/RESULTS.md, run 16). Middle collections stay far below the size that held a
+  worker sharing its core for up to 3 s in a 50,000 storm (5,000 allocations between young
+  ones).
 - What it costs: nothing left waiting for a full collection, today. Neither an opening nor a
   stream's end makes cyclic garbage (5,000 streams opened and closed: `gc.collect()` found
   none, while open or after); a closed stream's objects are freed by their counts, the last
