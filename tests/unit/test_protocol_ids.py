@@ -107,3 +107,30 @@ def test_a_forked_child_does_not_repeat_the_parents_next_ids(monkeypatch):
     child_id = os.read(read_end, 64).decode()
     os.close(read_end)
     assert HEX32.fullmatch(child_id) and child_id not in parent_next
+
+
+def test_fresh_draws_are_distinct_and_leave_the_top_bit_clear(monkeypatch):
+    clock = iter(range(10**15, 10**15 + 3 * ids.POOL_DRAWS * 1_000_000, 1_000_000))  # a new millisecond each
+    monkeypatch.setattr(time, "time_ns", lambda: next(clock))
+    draws = [int(ids.uuid7_hex(), 16) for _ in range(3 * ids.POOL_DRAWS)]  # past the pool's refills
+    randoms = [(value >> 64 & 0xFFF) << 62 | value & ((1 << 62) - 1) for value in draws]
+    assert len(set(randoms)) == len(randoms)
+    assert all(random < 1 << (74 - 1) for random in randoms)
+
+
+def test_a_forked_child_draws_afresh_not_the_parents_next_draw(monkeypatch):
+    now = [time.time_ns()]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    ids.uuid7_hex()  # the pool holds the parent's next draws
+    now[0] += 1_000_000  # both draw afresh: a new millisecond
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write_end, ids.uuid7_hex().encode())
+        os._exit(0)
+    os.close(write_end)
+    parent = ids.uuid7_hex()
+    os.waitpid(pid, 0)
+    child = os.read(read_end, 64).decode()
+    os.close(read_end)
+    assert HEX32.fullmatch(child) and child[:12] == parent[:12] and child != parent
