@@ -12,7 +12,7 @@ Nothing in gateway/ imports this module.
 """
 
 from gateway.common.board import RING_SLOTS
-from gateway.common.procstat import cpu_seconds, rss_kib
+from gateway.common.procstat import cpu_seconds, open_descriptors, rss_kib
 from gateway.common.procstat import tree as process_tree
 from gateway.common.records import FRAME, make_meta
 from gateway.protocol.activation import WATCH_OWN_TASKS, WATCH_SESSION
@@ -27,5 +27,5 @@ from gateway.worker.delivery.window import Window
 
 __all__ = ["FRAME", "RING_SLOTS", "SSE_HEARTBEAT", "WATCH_OWN_TASKS", "WATCH_SESSION", "WORKING", "Stream", "Window",
            "connection_ack_frame", "cpu_seconds", "frame_event", "lagged_frame", "make_meta", "new_context_id",
-           "new_task_id", "process_tree", "rpc_prefix", "rss_kib", "task_frame_event", "taskless_frame_event",
-           "text_frame"]
+           "new_task_id", "open_descriptors", "process_tree", "rpc_prefix", "rss_kib", "task_frame_event",
+           "taskless_frame_event", "text_frame"]

@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 
-from gateway.bench_surface import process_tree, rss_kib
+from gateway.bench_surface import open_descriptors, process_tree, rss_kib
 from loadtest import bearer, monitor, run_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,7 +49,7 @@ def open_fds(pids: list[int]) -> int:
     total = 0
     for pid in pids:
         try:
-            total += len(os.listdir(f"/proc/{pid}/fd"))
+            total += open_descriptors(pid)
         except OSError:
             pass
     return total
