@@ -118,7 +118,7 @@ HEAP_TRIM_SECONDS = 5.0
 # allocations: a 50,000 storm on 3 workers makes about 1.7 million a worker and sets off none.
 # A middle collection follows every young one (MIDDLE_AFTER 0), so what survives is scanned
 # twice while it is still in the cache, then left for the full ones: 15,000 openings on one
-# worker spent 124-131 ms in the collector, against 209-223 ms with (1,000, 10) (RESULTS.md
+# worker spent 108-131 ms in the collector, against 209-223 ms with (1,000, 10) (RESULTS.md
 # run 16). Middle collections stay small (at most 10,000 objects): with 5,000 allocations
 # between young ones, a 50,000 storm's middle collections held a worker sharing its core for
 # up to 3 s each.

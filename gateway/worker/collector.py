@@ -21,7 +21,7 @@ below still keeps a storm clear of them.
   scanned once young and once middle, soon after they were made, then left to the full
   ones. The scan's cost is the cache's more than the objects': 15,000 openings on one worker
   spent 209-223 ms in the collector with (1,000, 10) (a middle collection over up to 12,000
-  objects made since the last, cold), 124-131 ms with these, about 6 µs an opening
+  objects made since the last, cold), 108-131 ms with these, about 7 µs an opening
   (loadtest/RESULTS.md, run 16). Middle collections stay far below the size that held a
   worker sharing its core for up to 3 s in a 50,000 storm (5,000 allocations between young
   ones).
