@@ -116,8 +116,8 @@ HEAP_TRIM_SECONDS = 5.0
 # ten full collections in two minutes, each freeing nothing and holding the loop still 0.3 to
 # 5 s. With these, a full collection may come only after 500 x (0 + 2) x 5,000 = 5 million net
 # allocations: a 50,000 storm on 3 workers makes about 1.7 million a worker and sets off none.
-# A middle collection follows every young one (MIDDLE_AFTER 0), so what survives is scanned
-# twice while it is still in the cache, then left for the full ones: 15,000 openings on one
+# A middle collection follows every young one (MIDDLE_AFTER 0), so what survives is scanned at
+# most twice while it is still in the cache, then left for the full ones: 15,000 openings on one
 # worker spent 108-131 ms in the collector, against 209-223 ms with (1,000, 10) (RESULTS.md
 # run 16). Middle collections stay small (at most 10,000 objects): with 5,000 allocations
 # between young ones, a 50,000 storm's middle collections held a worker sharing its core for
@@ -126,7 +126,7 @@ YOUNG_ALLOCATIONS = 500  # net allocations between two generation-0 collections 
 MIDDLE_AFTER = 0  # a generation-1 collection comes once more generation-0 ones than this ran since the last
 FULL_AFTER = 5_000  # generation-1 collections before a full one may run (default 10)
 STORM_ALLOCATIONS_PER_WORKER = 1_700_000  # the 50,000-watcher storm's, measured above
-MIDDLE_GENERATION_MOST = 10_000  # young collections this small stayed short in that storm
+MIDDLE_GENERATION_MOST = 10_000  # middle collections this small stayed short in that storm
 
 # The listening socket's TCP_NOTSENT_LOWAT (gateway/supervisor/process.py): a stalled reader falls
 # behind, and lags, after about this much unsent, not after megabytes of kernel buffer (the
@@ -331,7 +331,7 @@ def _broken() -> list[str]:
         (YOUNG_ALLOCATIONS * (MIDDLE_AFTER + 2) * FULL_AFTER > STORM_ALLOCATIONS_PER_WORKER,
          "a full collection must not come within a measured storm's allocations"),
         (YOUNG_ALLOCATIONS * (MIDDLE_AFTER + 2) <= MIDDLE_GENERATION_MOST,
-         "young collections must stay as short as the storm measured them"),
+         "middle collections must stay as short as the storm measured them"),
         (min(MAX_BATCHES, MAX_CACHED_JOINS, PROBES_IN_FLIGHT, PROBES_PER_CLIENT, KEEP_ALIVE_REQUESTS,
              CHECKS_PER_HEARTBEAT) >= 1,
          "every cap and count must be at least 1"),

@@ -47,7 +47,7 @@ def cpu_and_rss(pid: int) -> tuple[float, int] | None:
 
 
 def open_descriptors(pid: int) -> int:
-    """The descriptors `pid` holds open (OSError when it is gone or not ours to read). Linux
+    """The descriptors `pid` holds open (OSError when it is gone). Linux
     6.2 and later give the count as /proc/PID/fd's size, read from the process's table at
     once; older kernels give 0 there, and the directory is listed, an entry a descriptor:
     13 ms for a worker holding 17,000, a scrape of 100,000 watchers' workers ~80 ms of the
@@ -57,7 +57,7 @@ def open_descriptors(pid: int) -> int:
 
 def descriptors(pid: int) -> tuple[int, int] | None:
     """(descriptors open, the soft RLIMIT_NOFILE it may open), or None when the process is
-    gone or not ours to read."""
+    gone."""
     try:
         open_now = open_descriptors(pid)
         with open(f"/proc/{pid}/limits", "rb") as fh:

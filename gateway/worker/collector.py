@@ -18,13 +18,15 @@ below still keeps a storm clear of them.
   objects).
 - Young and middle collections alternate, each after 500 allocations: an open stream's
   objects (its front, stream, access-log record, uvloop's transport and what that holds) are
-  scanned once young and once middle, soon after they were made, then left to the full
-  ones. The scan's cost is the cache's more than the objects': 15,000 openings on one worker
-  spent 209-223 ms in the collector with (1,000, 10) (a middle collection over up to 12,000
-  objects made since the last, cold), 108-131 ms with these, about 7 µs an opening
-  (loadtest/RESULTS.md, run 16). Middle collections stay far below the size that held a
-  worker sharing its core for up to 3 s in a 50,000 storm (5,000 allocations between young
-  ones).
+  scanned at most twice (young, then middle; those made just before a middle collection
+  once), soon after they were made, then left to the full ones. The scan's cost is the
+  cache's more than the objects': 15,000 openings on one worker spent 209-223 ms in the
+  collector with (1,000, 10) (a middle collection over up to 12,000 objects made since the
+  last, cold), 108-131 ms with these, about 7 µs an opening (loadtest/RESULTS.md, run 16).
+  Middle collections stay far below the size that held a worker sharing its core for up to
+  3 s in a 50,000 storm (5,000 allocations between young ones). Measured on CPython 3.11
+  (the image's, and CI's): a later CPython whose collector reads these thresholds otherwise
+  (3.14's incremental one) must be measured again.
 - What it costs: nothing left waiting for a full collection, today. Neither an opening nor a
   stream's end makes cyclic garbage (5,000 streams opened and closed: `gc.collect()` found
   none, while open or after); a closed stream's objects are freed by their counts, the last

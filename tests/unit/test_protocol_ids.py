@@ -109,16 +109,32 @@ def test_a_forked_child_does_not_repeat_the_parents_next_ids(monkeypatch):
     assert HEX32.fullmatch(child_id) and child_id not in parent_next
 
 
-def test_fresh_draws_are_distinct_and_leave_the_top_bit_clear(monkeypatch):
-    clock = iter(range(10**15, 10**15 + 3 * ids.POOL_DRAWS * 1_000_000, 1_000_000))  # a new millisecond each
+def fresh_state(monkeypatch) -> list[int]:
+    """No millisecond seen and nothing read ahead, as in a new process; the sizes of the
+    system source's reads from here on."""
+    monkeypatch.setattr(ids, "_last_ms", -1)
+    monkeypatch.setattr(ids, "_pool", b"")
+    monkeypatch.setattr(ids, "_pool_at", 0)
+    reads: list[int] = []
+    urandom = os.urandom
+    monkeypatch.setattr(ids.os, "urandom", lambda n: reads.append(n) or urandom(n))
+    return reads
+
+
+def test_fresh_draws_are_distinct_leave_the_top_bit_clear_and_are_read_ahead(monkeypatch):
+    reads = fresh_state(monkeypatch)
+    start = time.time_ns()
+    clock = iter(range(start, start + 3 * ids.POOL_DRAWS * 1_000_000, 1_000_000))  # a new millisecond each
     monkeypatch.setattr(time, "time_ns", lambda: next(clock))
-    draws = [int(ids.uuid7_hex(), 16) for _ in range(3 * ids.POOL_DRAWS)]  # past the pool's refills
+    draws = [int(ids.uuid7_hex(), 16) for _ in range(3 * ids.POOL_DRAWS)]
     randoms = [(value >> 64 & 0xFFF) << 62 | value & ((1 << 62) - 1) for value in draws]
     assert len(set(randoms)) == len(randoms)
     assert all(random < 1 << (74 - 1) for random in randoms)
+    assert len(reads) == 3  # each read holds POOL_DRAWS draws
 
 
 def test_a_forked_child_draws_afresh_not_the_parents_next_draw(monkeypatch):
+    fresh_state(monkeypatch)
     now = [time.time_ns()]
     monkeypatch.setattr(time, "time_ns", lambda: now[0])
     ids.uuid7_hex()  # the pool holds the parent's next draws
@@ -126,8 +142,10 @@ def test_a_forked_child_draws_afresh_not_the_parents_next_draw(monkeypatch):
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.write(write_end, ids.uuid7_hex().encode())
-        os._exit(0)
+        try:
+            os.write(write_end, ids.uuid7_hex().encode())
+        finally:
+            os._exit(0)
     os.close(write_end)
     parent = ids.uuid7_hex()
     os.waitpid(pid, 0)

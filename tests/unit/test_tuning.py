@@ -63,6 +63,7 @@ def test_the_relations_hold():
     ("COALESCE_MAX_SECONDS", 0.06, "the coalescing cap must be below the slow poll"),
     ("OPENINGS_PER_TURN", 1000, "ACCEPT_BURST"),
     ("FULL_AFTER", 10, "a measured storm's allocations"),
+    ("MIDDLE_AFTER", 20, "middle collections must stay as short"),
     ("POLL_SECONDS", 0.5, "fit in a stall pulse"),
     ("GRACE_SECONDS", 5.0, "within the supervisor's drain"),
 ])
