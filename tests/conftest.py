@@ -17,6 +17,7 @@ drift.
 
 import multiprocessing.process
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +47,21 @@ def gateway(gateway_options, tmp_path_factory):
 def certs(tmp_path_factory) -> Certificates:
     """A CA and a server certificate for 127.0.0.1, for the file's TLS gateways and clients."""
     return Certificates(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def sigint_delivered():
+    """SIGINT reaches the processes the test starts, as it reaches a command in a terminal. A
+    suite started as a non-interactive shell's background job (`pytest &` in a script) has
+    SIGINT ignored (POSIX), an ignored signal stays ignored across exec, and Python keeps it so:
+    a child told to stop with SIGINT would never hear it. A handler here is reset to the
+    default at the child's exec; the suite's own disposition is put back after the test."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 TIERS = ("unit", "e2e", "env")

@@ -449,7 +449,7 @@ def test_a_json_rpc_error_answer_is_one_line_and_a_non_zero_exit():
                           f"error -32009: A2A-Version 1.0 is required\n")
 
 
-def test_sigint_exits_quietly_with_130():
+def test_sigint_exits_quietly_with_130(sigint_delivered):
     ack = events.taskless_frame_event(events.connection_ack_frame("stateless"))
     with fake_server(STREAM_HEAD + chunked(sse(ack), sse(working("inference turn 1"), 1)), hold=True) as server, \
             mur_watch(f"http://127.0.0.1:{server.port}") as mur:

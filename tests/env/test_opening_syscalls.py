@@ -58,7 +58,7 @@ def summary(path: str) -> dict[str, tuple[int, int]]:
     return table
 
 
-def test_an_opening_costs_its_worker_at_most_the_counted_system_calls(tmp_path):
+def test_an_opening_costs_its_worker_at_most_the_counted_system_calls(tmp_path, sigint_delivered):
     strace = require_tool("strace", "strace")
     with running_gateway(workers=1, heartbeat=300, tmp_path=tmp_path) as gw:
         worker = gw.worker_pids()[0]
