@@ -92,20 +92,29 @@ def test_terminal_messages_match_the_spec_table():
     assert states.INPUT_TIMEOUT == "input-timeout"
 
 
+def forked_child_id(parent_side):
+    """Fork: the child makes one id and exits; the parent runs `parent_side` meanwhile.
+    (the child's id, what `parent_side` returned)"""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write_end, ids.uuid7_hex().encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    made = parent_side()
+    os.waitpid(pid, 0)
+    child = os.read(read_end, 64).decode()
+    os.close(read_end)
+    return child, made
+
+
 def test_a_forked_child_does_not_repeat_the_parents_next_ids(monkeypatch):
     frozen_ns = time.time_ns()
     monkeypatch.setattr(time, "time_ns", lambda: frozen_ns)  # parent and child share one millisecond
-    read_end, write_end = os.pipe()
     ids.uuid7_hex()
-    pid = os.fork()
-    if pid == 0:
-        os.write(write_end, ids.uuid7_hex().encode())
-        os._exit(0)
-    os.close(write_end)
-    parent_next = {ids.uuid7_hex() for _ in range(1000)}
-    os.waitpid(pid, 0)
-    child_id = os.read(read_end, 64).decode()
-    os.close(read_end)
+    child_id, parent_next = forked_child_id(lambda: {ids.uuid7_hex() for _ in range(1000)})
     assert HEX32.fullmatch(child_id) and child_id not in parent_next
 
 
@@ -139,16 +148,5 @@ def test_a_forked_child_draws_afresh_not_the_parents_next_draw(monkeypatch):
     monkeypatch.setattr(time, "time_ns", lambda: now[0])
     ids.uuid7_hex()  # the pool holds the parent's next draws
     now[0] += 1_000_000  # both draw afresh: a new millisecond
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.write(write_end, ids.uuid7_hex().encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    parent = ids.uuid7_hex()
-    os.waitpid(pid, 0)
-    child = os.read(read_end, 64).decode()
-    os.close(read_end)
+    child, parent = forked_child_id(ids.uuid7_hex)
     assert HEX32.fullmatch(child) and child[:12] == parent[:12] and child != parent
