@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import time
 
 import orjson
 import pytest
@@ -155,6 +156,45 @@ def test_slow_request_headers_are_closed_after_the_header_timeout(gateway):
                 break
     assert closed and answer == b""
     assert exchange(gateway.port, head("GET", "/healthz", []), method="GET").status == 200
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_each_connection_is_closed_at_its_own_header_timeout(gateway):
+    """[claim: header-timeout] One timer serves every connection's header timeout (gateway/worker/http/
+    head_deadlines.py): six connections opened 70 ms apart, so that the later ones wait while the first
+    one's time is up, each idle, cut mid-head, or kept after its answer, are each closed with nothing
+    more written, and none before its own 0.5 s from its connect (less 10 ms: the loop counts its time
+    in whole milliseconds). A timer that closed every waiting connection at the earliest deadline would
+    close the later ones early; one not set again for the next deadline, never."""
+    opened = []
+    try:
+        for kind in ("idle", "cut", "kept") * 2:
+            started = time.monotonic()
+            sock = socket.create_connection(("127.0.0.1", gateway.port), timeout=10)
+            opened.append((kind, started, sock))
+            if kind == "cut":
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            elif kind == "kept":
+                sock.sendall(head("GET", "/healthz", []))
+            time.sleep(0.07)
+        for kind, started, sock in opened:
+            data = read_to_close(sock)
+            lived = time.monotonic() - started
+            if kind == "kept":
+                assert data.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in data.lower(), data
+                assert data.count(b"HTTP/1.1") == 1
+            else:
+                assert data == b"", (kind, data)
+            assert lived >= 0.49, (kind, lived)
+    finally:
+        for _, _, sock in opened:
+            sock.close()
 
 
 CARD = head("GET", "/.well-known/agent-card.json", [])

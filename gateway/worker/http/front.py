@@ -76,7 +76,7 @@ class Front(TransportSink):
     """One accepted connection: every HTTP/1.1 request on it, and the sink (sink.py) of the
     stream that ends it, if one does."""
 
-    __slots__ = ("settings", "factory", "scheme", "state", "buffer", "body", "cycle", "requests", "timer",
+    __slots__ = ("settings", "factory", "scheme", "state", "buffer", "body", "cycle", "requests",
                  "paused", "reading_paused", "eof", "idle")
 
     def __init__(self, factory, settings: FrontSettings):
@@ -88,7 +88,6 @@ class Front(TransportSink):
         self.body: Body | None = None  # the current request's body, as it is read
         self.cycle: Cycle | None = None  # the current request's run of the app
         self.requests = 0  # requests read on this connection
-        self.timer: asyncio.TimerHandle | None = None  # the header timeout, in HEAD
         self.paused = 0  # why reading is paused (WRITING, PIPELINED, UNREAD)
         self.reading_paused = False
         self.eof = False  # the client shut its write side after its request: the answer, then the close
@@ -334,18 +333,15 @@ class Front(TransportSink):
     # --- ends ---
 
     def _start_header_timer(self) -> None:
-        self._cancel_timer()
-        self.timer = self.settings.loop.call_later(self.settings.config.header_timeout, self._timed_out)
+        self.settings.heads.arm(self)
 
-    def _timed_out(self) -> None:
-        self.timer = None
+    def timed_out(self) -> None:
+        """No whole head within --header-timeout (head_deadlines.py)."""
         if self.state is HEAD:
             self._close()  # as hypercorn's idle timer: no head, no answer
 
     def _cancel_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.settings.heads.disarm(self)
 
     def _refuse(self, status: int, detail: str) -> None:
         """A head no route sees, answered here (problem details), then the close."""

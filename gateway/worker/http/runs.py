@@ -18,6 +18,7 @@ from gateway.config.options import Config
 from gateway.worker.http import eager
 from gateway.worker.http.cycle import Cycle
 from gateway.worker.http.head_checks import head_cap
+from gateway.worker.http.head_deadlines import HeadDeadlines
 from gateway.worker.pace import OpeningPace
 
 APPS: set[asyncio.Task] = set()  # the app runs of the front's requests that had to wait (eager.py)
@@ -28,12 +29,13 @@ class FrontSettings:
     """What every connection's front shares: the worker's app and the bounds it applies, and
     its loop (on Python 3.11 `asyncio.get_running_loop()` is a getpid system call each time)."""
 
-    __slots__ = ("app", "config", "incomplete_cap", "h2", "loop")
+    __slots__ = ("app", "config", "incomplete_cap", "h2", "loop", "heads")
 
     def __init__(self, app, config: Config, h2: bool = True):
         self.app, self.config, self.incomplete_cap = app, config, head_cap(config)
         self.loop = asyncio.get_running_loop()
         self.h2 = h2  # HTTP/2 is offered: its guarantee holds on this hypercorn (serving.py)
+        self.heads = HeadDeadlines(self.loop, config.header_timeout)  # every connection's header timeout
 
 
 def run(settings: FrontSettings, cycle: Cycle, scope: dict, at_once: bool, over: Over) -> None:
