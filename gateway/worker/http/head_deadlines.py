@@ -1,13 +1,16 @@
 """Every connection's header timeout in one worker, on one timer.
 
 A connection gets --header-timeout for each whole request head it sends: its first, and each
-after an answer on a kept connection (front.py closes it when the time is up). A timer a
-connection (`loop.call_later`, cancelled when the head came, a millisecond later for a
-watcher) made and freed a libuv timer for every opening, and held one for every connection
-that sends nothing. The timeout is the same for every connection, so the deadlines come in
-the order they are set: they wait in a dict (it keeps that order; a connection leaves it in
-O(1) when its head comes, so it holds only the connections waiting for one), and one timer
-fires at the earliest, closes every connection whose time is up and is set again for the next.
+after an answer on a kept connection (front.py closes it when the time is up). A timer of its
+own for each connection (`loop.call_later`, cancelled when the head came, a millisecond later
+for a watcher) made and freed a libuv timer for every opening, and held one for every
+connection that sends nothing. The timeout is the same for every connection, so the deadlines
+come in the order they are set: they wait in a dict (it keeps that order; a connection leaves
+it in O(1) when its head comes, so it holds only the connections waiting for one), and one
+timer fires just after the earliest, closes every connection whose time is up and is set again
+for the next. It fires GRAIN_SECONDS after a deadline, so the closes that fall within one grain
+share a wake-up: connections that arrive and send nothing (a slowloris) wake it at most 1 /
+GRAIN_SECONDS times a second, each reading the dict from its start.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-SLACK_SECONDS = 0.001  # libuv counts timers in whole milliseconds: fire after the deadline, not just before
+GRAIN_SECONDS = 0.01  # how late after its deadline a connection may close (libuv counts whole milliseconds)
 
 
 class Waiting(Protocol):
@@ -38,7 +41,7 @@ class HeadDeadlines:
         waiting.pop(connection, None)  # set again: to the end, where its new deadline belongs
         waiting[connection] = self._loop.time() + self._timeout
         if self._timer is None:
-            self._timer = self._loop.call_later(self._timeout + SLACK_SECONDS, self._expire)
+            self._timer = self._loop.call_later(self._timeout + GRAIN_SECONDS, self._expire)
 
     def disarm(self, connection: Waiting) -> None:
         """`connection` no longer waits (its head came, or it closed)."""
@@ -56,7 +59,7 @@ class HeadDeadlines:
         self._timer = None
         if waiting:
             earliest = next(iter(waiting.values()))
-            self._timer = self._loop.call_later(earliest - now + SLACK_SECONDS, self._expire)
+            self._timer = self._loop.call_later(earliest - now + GRAIN_SECONDS, self._expire)
         for connection in due:
             try:
                 connection.timed_out()
