@@ -5,12 +5,15 @@ reader (csse, built with the tool's build.sh) open `--watchers` streams with
 `--connect-concurrency` in flight, against one gateway worker and against one nginx worker with
 nchan's EventSource subscriber, each pinned to `--server-cpus`, csse to `--client-cpus`, the
 systems alternating over `--repeats` rounds in one run, so their ratio is read within a run
-(nchan's own cost moves between sessions). Reported per run:
+(nchan's own cost moves between sessions). Each run starts once the loopback's TIME_WAIT
+sockets from the run before have gone, and csse spreads its connections over its source
+addresses as the crowd's reader does (`loopback.rest`, `loopback.source_addrs`). Reported per run:
 
 - `open_s`: csse's connect phase, from its first connect to the last stream's response head;
 - `server_cpu_us_per_opening`: the server's process tree's CPU (user + system, /proc) over
   that phase, divided by the streams opened;
-- `rss_kib_per_stream`: the tree's RSS once all are open, less its RSS before, per stream.
+- `rss_kib_per_stream`: the tree's RSS once all are open, less its RSS before, per stream;
+- `time_wait`: the TIME_WAIT sockets found before it started, and the seconds waited for them.
 
 The gateway runs with the access log at its default (on, at `--log-level info`, to /dev/null),
 no load (`--sim-load 0`), and replays nothing unless `--last-event-id 0` is given (then each
@@ -55,7 +58,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gateway.bench_surface import cpu_seconds, process_tree, rss_kib  # noqa: E402
-from loadtest import bench, monitor, opening_tokens, run_report  # noqa: E402
+from loadtest import bench, loopback, monitor, opening_tokens, run_report  # noqa: E402
 from loadtest.storm_replay import fill_ring  # noqa: E402
 
 SETTLE_SECONDS = 1.0  # after the port answers: the workers' start-up CPU is not the openings'
@@ -107,8 +110,7 @@ def client_command(args, server, ready: str, tokens: str | None) -> list[str]:
     if tokens is not None:
         return [sys.executable, "-m", "loadtest.opening_tokens", "--tokens-file", tokens, "-n", str(args.watchers),
                 *common, server.url]
-    cmd = [args.csse, "-n", str(args.watchers), *common,
-           "--source-addrs", str(max(1, -(-args.watchers // 25_000)))]
+    cmd = [args.csse, "-n", str(args.watchers), *common, "--source-addrs", str(loopback.source_addrs(args.watchers))]
     if server.dialect == "murmur":
         cmd += ["--mode", "post"]
         if args.last_event_id is not None:
@@ -128,6 +130,8 @@ def one_run(args, label: str, watching: monitor.Monitor, run_label: str) -> dict
 
 def _measured(args, system: str, watching: monitor.Monitor, label: str, tmp: str, more_args: str,
               tokens: str | None) -> dict:
+    watching.phase("resting", loopback.TIME_WAIT_WAIT_MOST)
+    time_wait = loopback.rest()  # the last run's closes gone from the loopback (loopback.py)
     watching.phase("starting", target=args.watchers)
     with server_for(args, system, more_args) as server, bench.following(watching, label, server):
         time.sleep(SETTLE_SECONDS)
@@ -155,7 +159,7 @@ def _measured(args, system: str, watching: monitor.Monitor, label: str, tmp: str
             "server_cpu_s": round(cpu_open - cpu_before, 3),
             "server_cpu_us_per_opening": round((cpu_open - cpu_before) / max(opened, 1) * 1e6, 1),
             "rss_kib_per_stream": round((rss_open - rss_before) / max(opened, 1), 2),
-            "failed": report["fail_reasons"]}
+            "failed": report["fail_reasons"], "time_wait": time_wait}
 
 
 def main(argv=None) -> None:
