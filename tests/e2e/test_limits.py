@@ -17,7 +17,7 @@ import pytest
 
 from helpers.gateway_harness import GatewayOptions, running_gateway, wait_for
 from helpers.http_client import headers_for, rpc, rpc_body, user_message
-from helpers.raw_http import Answer, exchange, head, refusal
+from helpers.raw_http import Answer, exchange, head, read_to_close, refusal
 from helpers.sse_reading import SSEStream, WATCH, item
 
 
@@ -127,9 +127,7 @@ def test_a_body_that_stalls_is_408_and_closes(gateway):
     """[claim: body-timeout]"""
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(head("POST", "/", [*headers_for(), ("Content-Length", "100")]) + b'{"jsonrpc"')
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
+        data = read_to_close(sock)
     status_line, _, rest = data.partition(b"\r\n")
     assert status_line == b"HTTP/1.1 408 Request Timeout" and b"connection: close" in rest
     assert rest.split(b"\r\n\r\n", 1)[1] == (
@@ -156,13 +154,6 @@ def test_slow_request_headers_are_closed_after_the_header_timeout(gateway):
                 break
     assert closed and answer == b""
     assert exchange(gateway.port, head("GET", "/healthz", []), method="GET").status == 200
-
-
-def read_to_close(sock: socket.socket) -> bytes:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
 
 
 def test_each_connection_is_closed_at_its_own_header_timeout(gateway):

@@ -105,7 +105,7 @@ class Front(TransportSink):
                 self._hand_on()  # h2: hypercorn's
                 return
         self._held(True)
-        self._arm_head_deadline()
+        self.settings.heads.arm(self)  # --header-timeout for its head (head_deadlines.py)
 
     def data_received(self, data: bytes) -> None:
         state = self.state
@@ -141,7 +141,7 @@ class Front(TransportSink):
         return self.scheme == "http"
 
     def connection_lost(self, exc) -> None:
-        self._disarm_head_deadline()
+        self.settings.heads.disarm(self)
         self._held(False)
         self.idle = None
         if self.state is not STREAM:
@@ -205,7 +205,7 @@ class Front(TransportSink):
             request = read_head(head)
         except Refused as refusal:
             return self._refuse(refusal.status, refusal.detail)
-        self._disarm_head_deadline()
+        self.settings.heads.disarm(self)
         self._held(False)
         self.requests += 1
         websocket = request.websocket
@@ -322,7 +322,7 @@ class Front(TransportSink):
         cycle.wake()  # its receive, if it waits, hears `http.disconnect`, as hypercorn tells it
         self.state = HEAD
         self._held(True)
-        self._arm_head_deadline()
+        self.settings.heads.arm(self)
         if self.buffer:  # a pipelined request: read on the loop's next turn, not inside this answer
             self.settings.loop.call_soon(self._read_next)
 
@@ -332,16 +332,10 @@ class Front(TransportSink):
 
     # --- ends ---
 
-    def _arm_head_deadline(self) -> None:
-        self.settings.heads.arm(self)
-
     def timed_out(self) -> None:
         """No whole head within --header-timeout (head_deadlines.py)."""
         if self.state is HEAD:
             self._close()  # as hypercorn's idle timer: no head, no answer
-
-    def _disarm_head_deadline(self) -> None:
-        self.settings.heads.disarm(self)
 
     def _refuse(self, status: int, detail: str) -> None:
         """A head no route sees, answered here (problem details), then the close."""
@@ -361,7 +355,7 @@ class Front(TransportSink):
 
     def _close(self) -> None:
         self.state = CLOSED
-        self._disarm_head_deadline()
+        self.settings.heads.disarm(self)
         self._held(True)
         if self.cycle is not None:
             self.cycle.wake()
@@ -370,7 +364,7 @@ class Front(TransportSink):
 
     def _hand_on(self) -> None:
         """HTTP/2: the connection becomes hypercorn's, with every byte read so far."""
-        self._disarm_head_deadline()
+        self.settings.heads.disarm(self)
         self._held(False)  # hypercorn's part counts it while it has no stream (h2_idle.py)
         self.idle = None
         self.state = CLOSED
